@@ -1,0 +1,20 @@
+# Two entry points, the same on a laptop and in CI:
+#   make demo  - set up, run the whole pipeline on the bundled OpenReg backend, build the dashboard
+#   make test  - set up, run the test suite
+.PHONY: setup demo test
+OOTCI := .venv/bin/ootci
+TORCH ?= 2.13.0
+OUT ?= out
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(OOTCI) run openreg --torch $(TORCH) --out $(OUT)/runs; \
+	status=$$?; \
+	$(OOTCI) dashboard build --data $(OUT)/runs --out $(OUT)/site && \
+	echo "dashboard: $(OUT)/site/index.html"; \
+	exit $$status
+
+test: setup
+	.venv/bin/python -m pytest $(PYTEST_ARGS)

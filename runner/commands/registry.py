@@ -1,0 +1,92 @@
+"""`ootci list`, `show`, `schema`, `matrix`: read-only views of the registry."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .. import manifest as manifest_mod
+from .. import registry
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("list", help="list registered backends")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="show one backend's manifest")
+    p.add_argument("name", help="registered name or path of a backend.toml")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of backend manifests")
+    p.add_argument("--output", type=Path, help="write to this file instead of stdout")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("matrix", help="JSON for a GitHub Actions strategy.matrix")
+    p.add_argument("names", nargs="*", help="backends (default: all registered)")
+    p.add_argument("--torch", help="torch spec for every entry (default: each manifest's ci.torch)")
+    p.set_defaults(func=cmd_matrix)
+
+
+def _selected(names: list[str]) -> list[manifest_mod.Manifest]:
+    return [registry.resolve(n) for n in names] if names else registry.load_all()
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    manifests = registry.load_all()
+    if args.json:
+        print(json.dumps([{"name": m.name, "device": m.device, "distribution": m.distribution,
+                           "source": m.source.kind, "description": m.description} for m in manifests], indent=2))
+        return 0
+    width = max((len(m.name) for m in manifests), default=4)
+    for m in manifests:
+        print(f"{m.name:<{width}}  {m.device:<8}  {m.distribution:<20}  {m.description}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    m = registry.resolve(args.name)
+    data = m.model_dump(mode="json")
+    data["manifest"] = str(m.path)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    for key, value in data.items():
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value)
+        print(f"{key:<18} {value}")
+    return 0
+
+
+def schema_text() -> str:
+    return json.dumps(manifest_mod.json_schema(), indent=2) + "\n"
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    text = schema_text()
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def matrix_entries(manifests: list[manifest_mod.Manifest], torch: str | None) -> list[dict]:
+    return [
+        {
+            "name": m.name,
+            "device": m.device,
+            "runs-on": m.ci.runs_on,
+            "container": m.ci.container,
+            "torch": torch or m.ci.torch,
+        }
+        for m in manifests
+    ]
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    print(json.dumps({"include": matrix_entries(_selected(args.names), args.torch)}))
+    return 0

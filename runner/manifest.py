@@ -1,0 +1,196 @@
+"""Backend manifests: `backends/<name>/backend.toml`, one pydantic model.
+
+The model is the single definition of what a manifest may say; its JSON Schema is
+exported by `ootci schema` for editors and check-jsonschema.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from enum import Enum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ManifestError
+
+
+class Capability(str, Enum):
+    multi_device = "multi_device"
+    streams = "streams"
+    events = "events"
+    generator = "generator"
+    autocast = "autocast"
+    pinned_memory = "pinned_memory"
+    serialization = "serialization"
+    autograd = "autograd"
+
+
+class _Strict(BaseModel):
+    # A mistyped key must be an error naming the key, not silently ignored.
+    model_config = ConfigDict(extra="forbid")
+
+
+ENTRY_POINT = re.compile(r"^\s*([\w.-]+)\s*=\s*([\w.]+)\s*:\s*([\w.]+)\s*$")
+
+
+class Source(_Strict):
+    """Where the backend comes from: exactly one of path, git or requirement."""
+
+    path: str | None = Field(default=None, description="directory relative to the manifest")
+    git: str | None = Field(default=None, description="git URL (or local repository path)")
+    ref: str = Field(default="HEAD", description="branch, tag or commit for git")
+    subdir: str = Field(default="", description="package directory inside the git checkout")
+    requirement: str | None = Field(default=None, description="pip requirement of a published package")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Source":
+        given = [k for k in ("path", "git", "requirement") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of 'path', 'git' or 'requirement'")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "path" if self.path else "git" if self.git else "requirement"
+
+
+class Build(_Strict):
+    recipe: Literal["pip-wheel", "command", "prebuilt"] = Field(
+        default="pip-wheel",
+        description="pip-wheel: `pip wheel --no-build-isolation` against the torch under test; "
+        "command: run `command` in the source directory, wheels land in $OOTCI_WHEEL_DIR; "
+        "prebuilt: install the requirement as published",
+    )
+    command: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    extra_requirements: list[str] = Field(
+        default_factory=list, description="installed into the environment under test before the build"
+    )
+    no_deps: bool = Field(default=False, description="install the backend with --no-deps")
+
+
+class CI(_Strict):
+    runs_on: list[str] = Field(default_factory=lambda: ["ubuntu-latest"], description="GitHub runner labels")
+    container: str = Field(default="", description="container image for the job, empty for none")
+    torch: str = Field(default="nightly", description="torch spec used by the nightly matrix")
+
+
+class VendorSuite(_Strict):
+    name: str
+    path: str | None = Field(default=None, description="pytest path inside the backend's source")
+    command: list[str] = Field(default_factory=list, description="command that writes JUnit XML to $OOTCI_JUNIT")
+
+    @model_validator(mode="after")
+    def _one(self) -> "VendorSuite":
+        if bool(self.path) == bool(self.command):
+            raise ValueError("give exactly one of 'path' or 'command'")
+        return self
+
+
+class Suites(_Strict):
+    smoke: bool = True
+    integration: bool = True
+    vendor: list[VendorSuite] = Field(default_factory=list)
+
+
+class ExpectedFailure(_Strict):
+    test: str = Field(description="test id, or an fnmatch pattern of test ids")
+    reason: str
+    link: str = Field(default="", description="tracking issue")
+
+
+class Timeouts(_Strict):
+    """Seconds."""
+
+    torch: float = 3600
+    build: float = 1800
+    install: float = 900
+    autoload: float = 300
+    smoke: float = 900
+    integration: float = 3600
+    test: float = Field(default=300, description="one test, before it counts as a hang")
+
+
+class Manifest(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    description: str = ""
+    device: str = Field(pattern=r"^[a-z_][a-z0-9_]*$", description="torch device type, e.g. npu")
+    distribution: str = Field(description="Python distribution name")
+    import_name: str = Field(description="module the entry point loads")
+    entry_point: str = Field(description="expected `name = module:attr` in group torch.backends")
+    homepage: str = ""
+    source: Source
+    build: Build = Field(default_factory=Build)
+    ci: CI = Field(default_factory=CI)
+    capabilities: list[Capability] = Field(default_factory=list)
+    dtypes: list[str] = Field(default_factory=lambda: ["float32"])
+    suites: Suites = Field(default_factory=Suites)
+    expected_failures: list[ExpectedFailure] = Field(default_factory=list)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    retries: int = Field(default=2, ge=0, le=10, description="re-runs of a failing test, to tell flaky from failing")
+
+    # Set by the loader, not by the file.
+    path: Path | None = Field(default=None, exclude=True)
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point_form(cls, value: str) -> str:
+        if not ENTRY_POINT.match(value):
+            raise ValueError("expected 'name = module:attribute'")
+        return value
+
+    @property
+    def entry_point_parts(self) -> tuple[str, str, str]:
+        m = ENTRY_POINT.match(self.entry_point)
+        assert m
+        return m.group(1), m.group(2), m.group(3)
+
+    @property
+    def directory(self) -> Path:
+        assert self.path is not None
+        return self.path.parent
+
+    def source_dir(self) -> Path | None:
+        if self.source.path is None:
+            return None
+        return (self.directory / self.source.path).resolve()
+
+
+def json_schema() -> dict:
+    schema = Manifest.model_json_schema()
+    schema["properties"].pop("path", None)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "ootci backend manifest"
+    return schema
+
+
+def _field_path(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def load(path: Path) -> Manifest:
+    """Read and validate one manifest; any problem is one line naming file and field."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: not valid TOML: {exc}") from None
+    if "path" in data:
+        raise ManifestError(f"{path}: field 'path': not allowed in a manifest")
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = _field_path(err["loc"])
+        value = err.get("input")
+        shown = f" (got {value!r})" if err["type"] != "missing" and not isinstance(value, dict) else ""
+        more = f"; and {len(exc.errors()) - 1} more" if len(exc.errors()) > 1 else ""
+        raise ManifestError(f"{path}: field '{field}': {err['msg']}{shown}{more}") from None
+    manifest.path = path.resolve()
+    return manifest

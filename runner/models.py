@@ -1,0 +1,154 @@
+"""The one vocabulary of ootci results.
+
+The runner writes these models as JSON and the dashboard reads them back; nothing
+else crosses between the two. Every field added here must have a default so that
+records written by older versions still load.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class Status(str, Enum):
+    """Outcome of a stage or of a check."""
+
+    passed = "passed"
+    failed = "failed"
+    crashed = "crashed"
+    timeout = "timeout"
+    blocked = "blocked"
+    skipped = "skipped"
+
+    @property
+    def ok(self) -> bool:
+        return self in (Status.passed, Status.skipped)
+
+
+class Outcome(str, Enum):
+    """Outcome of one test, after retries and expected failures are applied."""
+
+    passed = "passed"
+    failed = "failed"
+    error = "error"
+    skipped = "skipped"
+    xfailed = "xfailed"
+    xpassed = "xpassed"
+    flaky = "flaky"
+    timeout = "timeout"
+    crashed = "crashed"
+
+    @property
+    def ok(self) -> bool:
+        return self in (Outcome.passed, Outcome.skipped, Outcome.xfailed, Outcome.flaky)
+
+
+class _Model(BaseModel):
+    # Unknown keys are kept out rather than rejected, so a newer record still loads.
+    model_config = ConfigDict(extra="ignore")
+
+
+class RootCause(_Model):
+    """Why something did not pass, reduced to what a person needs to act on it."""
+
+    kind: str = Field(
+        description="exception, signal, exit_code, timeout, missing or error"
+    )
+    summary: str = Field(description="one line, e.g. 'OSError: libhccl.so: cannot open shared object file'")
+    exception_type: str | None = None
+    message: str | None = None
+    signal: str | None = None
+    exit_code: int | None = None
+    timeout_s: float | None = None
+    hint: str | None = None
+    culprit: str | None = Field(
+        default=None, description="what caused it: an entry point, a test id, a package"
+    )
+
+
+class CheckResult(_Model):
+    """One probe of the autoload verification."""
+
+    name: str
+    status: Status
+    detail: str = ""
+    duration_s: float = 0.0
+    root_cause: RootCause | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class TestResult(_Model):
+    """One test of a suite, as ingested from JUnit XML."""
+
+    id: str
+    suite: str
+    outcome: Outcome
+    duration_s: float = 0.0
+    message: str = ""
+    log_tail: str = ""
+    attempts: int = 1
+    op: str | None = Field(default=None, description="OpInfo operator name, for op coverage")
+    dtype: str | None = None
+
+
+class StageResult(_Model):
+    name: str
+    status: Status
+    duration_s: float = 0.0
+    started_at: dt.datetime | None = None
+    log: str | None = Field(default=None, description="log file, relative to the record's directory")
+    summary: str = ""
+    root_cause: RootCause | None = None
+    checks: list[CheckResult] = Field(default_factory=list)
+    counts: dict[str, int] = Field(default_factory=dict)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class TorchInfo(_Model):
+    spec: str
+    version: str | None = None
+    git_version: str | None = None
+    source: str | None = Field(default=None, description="wheel file, URL or source checkout")
+
+
+class RunRecord(_Model):
+    """Everything one run of one backend produced. Immutable once written."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    backend: str
+    device: str
+    trigger: str = "manual"
+    pr: int | None = None
+    torch: TorchInfo
+    python: str = ""
+    platform: str = ""
+    host: str = ""
+    ootci_version: str = ""
+    started_at: dt.datetime
+    finished_at: dt.datetime | None = None
+    status: Status = Status.blocked
+    interrupted: str | None = Field(default=None, description="signal or reason when the run was cut short")
+    stages: list[StageResult] = Field(default_factory=list)
+    tests: list[TestResult] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list, description="configuration problems found on the way")
+    command: str = Field(default="", description="command that reproduces this run locally")
+
+    def stage(self, name: str) -> StageResult | None:
+        return next((s for s in self.stages if s.name == name), None)
+
+
+def overall_status(stages: list[StageResult]) -> Status:
+    """A run is as bad as its worst stage; blocked stages only follow a failure."""
+    for status in (Status.crashed, Status.timeout, Status.failed):
+        if any(s.status is status for s in stages):
+            return status
+    if stages and all(s.status is Status.skipped for s in stages):
+        return Status.skipped
+    return Status.passed if stages else Status.blocked

@@ -1,0 +1,80 @@
+"""The one small interface every pipeline stage implements.
+
+A stage is a module with `NAME` and `run(ctx) -> StageResult`. The pipeline times
+it, gives it a log file, turns an unexpected exception into a `crashed` result and
+marks later stages `blocked` after a failure. Adding a stage is one new module and
+one line in `runner.stages.STAGES`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from .. import procs
+from ..envs import Env
+from ..manifest import Manifest
+from ..models import RunRecord, StageResult
+
+
+@dataclass
+class RunOptions:
+    torch: str = "nightly"
+    out: Path = Path("out")
+    python: Path | None = None
+    index_url: str | None = None
+    suites: tuple[str, ...] = ("smoke", "integration")
+    trigger: str = "manual"
+    pr: int | None = None
+    dry_run: bool = False
+    cache: Path | None = None
+    jobs: int | None = None
+
+
+@dataclass
+class RunContext:
+    manifest: Manifest
+    options: RunOptions
+    record: RunRecord
+    run_dir: Path
+    cache: Path
+    reporter: "object"
+    stage_name: str = ""
+    torch_env: Env | None = None
+    env: Env | None = None
+    wheels: list[Path] = field(default_factory=list)
+    torch_install_args: list[str] = field(default_factory=list)
+
+    @property
+    def python(self) -> Path:
+        """Interpreter of the environment under test."""
+        if self.env is not None:
+            return self.env.python
+        if self.options.python is not None:
+            return self.options.python
+        raise RuntimeError("no environment under test yet")
+
+    def log_path(self, stage: str | None = None) -> Path:
+        logs = self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        return logs / f"{stage or self.stage_name}.log"
+
+    def run(
+        self,
+        argv: Sequence[str | os.PathLike],
+        *,
+        timeout: float,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> procs.ProcResult:
+        """A subprocess of the current stage, logged to its log file."""
+        return procs.run(argv, timeout=timeout, log=self.log_path(), env=env, cwd=cwd,
+                         on_line=getattr(self.reporter, "line", None))
+
+
+class Stage(Protocol):
+    NAME: str
+
+    def run(self, ctx: RunContext) -> StageResult: ...

@@ -1,0 +1,50 @@
+"""Shared fixtures: real environments under test, built once per session and cached.
+
+The test suite runs in the orchestrator venv, which has no torch. Everything that
+needs torch runs in a real venv built here, layered over one cached torch install
+(see runner/envs.py), exactly as `ootci run` does it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TORCH_SPEC = "torch==2.13.0"
+
+# Every test, and every `ootci` subprocess a test starts, shares one cache in the
+# repository (ignored by git), so a second run of the suite reuses the torch layer.
+os.environ.setdefault("OOTCI_CACHE", str(REPO / ".cache" / "ootci"))
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def torch_layer():
+    """The cached venv with torch 2.13.0, numpy, pytest (never unpinned torch here)."""
+    from runner import envs
+
+    env, _ = envs.torch_layer([TORCH_SPEC], TORCH_SPEC)
+    return env
+
+
+@pytest.fixture
+def make_env(torch_layer, tmp_path_factory):
+    """make_env(*pip_args) -> Env: a fresh venv over the torch layer with pip_args installed."""
+    from runner import envs, procs
+
+    def make(*pip_args: str, name: str = "env"):
+        env = envs.layered_env(torch_layer, tmp_path_factory.mktemp(name) / "venv")
+        if pip_args:
+            result = procs.run(envs.pip_argv(env, "install", "--no-deps", "--no-build-isolation", *pip_args),
+                               timeout=600)
+            assert result.ok, result.output_tail[-3000:]
+        return env
+
+    return make
