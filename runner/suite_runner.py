@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -266,6 +267,8 @@ class SuiteRunner:
             if only_file is not None:
                 argv += ["--ootci-only", str(only_file)]
             skip = set(result.cases) | dead
+            if round_no and not (set(only) if only is not None else collected) - skip:
+                break  # the crash was the last test left
             if skip:
                 exclude_file = raw_dir / f"exclude-{attempt}-{round_no}.txt"
                 exclude_file.write_text("".join(f"{i}\n" for i in sorted(skip)))
@@ -324,17 +327,18 @@ class SuiteRunner:
         test_id = progress["nodeid"]
         elapsed = max(0.0, ended_at - float(progress.get("started", ended_at)))
         limit = float(progress.get("timeout") or 0)
-        cause = rootcause.from_proc(proc, what="the test process", culprit=test_id)
-        tail = "\n".join(proc.output_tail.splitlines()[-60:])
+        excerpt, frame = fatal_excerpt(proc.output_tail)
+        at = f" at {frame}" if frame else ""
         if proc.timed_out:
             return JUnitCase(test_id, Outcome.timeout, elapsed,
-                             f"the suite's time limit ran out while this test was running ({elapsed:.0f} s)", tail)
+                             f"the suite's time limit ran out while this test was running ({elapsed:.0f} s)", excerpt)
         if limit and elapsed >= limit:
             return JUnitCase(test_id, Outcome.timeout, elapsed,
-                             f"test exceeded its {limit:g} s time limit outside Python (native code); "
-                             "faulthandler ended the process after dumping its stacks", tail)
+                             f"test exceeded its {limit:g} s time limit in code that never returned to Python; "
+                             f"faulthandler ended the process{at}", excerpt)
+        cause = rootcause.from_proc(proc, what="the test process", culprit=test_id)
         summary = cause.summary if cause else f"the test process exited with code {proc.returncode}"
-        return JUnitCase(test_id, Outcome.crashed, elapsed, f"crashed: {summary}", tail)
+        return JUnitCase(test_id, Outcome.crashed, elapsed, f"crashed: {summary}{at}", excerpt)
 
     # -- vendor command suites ----------------------------------------------------------
 
@@ -369,6 +373,29 @@ class SuiteRunner:
         return result
 
 
+# faulthandler's first line; pytest's progress dots may precede it on the same line.
+_FATAL = re.compile(r"(Fatal Python error: |Timeout \(\d+:\d\d:\d\d\)!)")
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def fatal_excerpt(output: str, lines: int = 40) -> tuple[str, str | None]:
+    """faulthandler's report from a dead process, and the frame most likely to be the
+    culprit: the innermost test function, else the innermost frame outside site-packages."""
+    text = output.splitlines()
+    starts = [i for i, line in enumerate(text) if _FATAL.search(line)]
+    if not starts:
+        return "\n".join(text[-lines:]), None
+    first = text[starts[-1]]
+    block = [first[_FATAL.search(first).start():]] + text[starts[-1] + 1:starts[-1] + lines]
+    frames = [m for m in map(_FRAME.match, block) if m]
+    chosen = next((m for m in frames if m.group("func").startswith("test")), None)
+    chosen = chosen or next((m for m in frames if "site-packages" not in m.group("file")), None)
+    frame = None
+    if chosen:
+        frame = f"{os.path.basename(chosen.group('file'))}:{chosen.group('line')} in {chosen.group('func')}"
+    return "\n".join(block), frame
+
+
 def _substitute(arg: str, env: dict[str, str]) -> str:
     for key in ("OOTCI_JUNIT", "OOTCI_PYTHON", "OOTCI_DEVICE"):
         arg = arg.replace(f"${{{key}}}", env[key]).replace(f"${key}", env[key])
@@ -380,3 +407,89 @@ def _read_lines(path: Path) -> set[str]:
         return {line for line in path.read_text(encoding="utf-8").splitlines() if line}
     except OSError:
         return set()
+
+
+# -- a pipeline stage made of suites ------------------------------------------------------
+
+SUITE_STAGES = ("smoke", "integration")
+
+
+def stage_specs(ctx, stage: str) -> list[SuiteSpec]:
+    """The suites a stage runs: smoke runs ootci's smoke suite; integration runs ootci's
+    integration suite and then every vendor suite of the manifest."""
+    manifest = ctx.manifest
+    specs = []
+    if getattr(manifest.suites, stage):
+        workers = 0
+        if stage == "integration":
+            workers = ctx.options.jobs or min(os.cpu_count() or 1, 4)
+        specs.append(builtin_suite(stage, workers=workers))
+    if stage == "integration":
+        root = vendor_root(ctx)
+        specs += [vendor_suite(v, root, i, manifest.path) for i, v in enumerate(manifest.suites.vendor)]
+    return specs
+
+
+def vendor_root(ctx) -> Path:
+    """Where vendor suite paths and commands start: the backend's source checkout."""
+    checkout = getattr(ctx, "source_dir", None)
+    if checkout:
+        return Path(checkout)
+    return ctx.manifest.source_dir() or ctx.manifest.directory
+
+
+def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> "StageResult":
+    from .models import StageResult
+
+    manifest = ctx.manifest
+    if stage not in ctx.options.suites:
+        return StageResult(name=stage, status=Status.skipped, summary=f"{stage} not selected")
+    specs = stage_specs(ctx, stage) if specs is None else specs
+    if not specs:
+        return StageResult(name=stage, status=Status.skipped,
+                           summary=f"no suites: suites.{stage} = false in the manifest")
+    if ctx.options.dry_run:
+        return StageResult(name=stage, status=Status.skipped,
+                           summary="dry run: would run suites " + ", ".join(s.name for s in specs))
+    limit = float(getattr(manifest.timeouts, stage))
+    runner = SuiteRunner(
+        python=ctx.python, manifest=manifest, junit_dir=ctx.run_dir / "junit", log=ctx.log_path(stage),
+        deadline=time.monotonic() + limit, on_line=getattr(ctx.reporter, "line", None),
+    )
+    runs = []
+    for spec in specs:
+        run = runner.run(spec)
+        runs.append(run)
+        ctx.record.tests.extend(run.results)
+    problems = [p for run in runs for p in run.problems]
+    selected = [s for s in SUITE_STAGES if s in ctx.options.suites]
+    if selected and stage == selected[-1]:
+        suites_run = sorted({t.suite for t in ctx.record.tests})
+        problems += classify.unmatched_expected_failures(manifest, ctx.record.tests, suites_run)
+    for problem in problems:
+        if problem not in ctx.record.problems:
+            ctx.record.problems.append(problem)
+    results = [r for run in runs for r in run.results]
+    if any(run.status is Status.timeout for run in runs):
+        status = Status.timeout
+    elif any(run.status is not Status.passed for run in runs):
+        status = Status.failed
+    else:
+        status = Status.passed
+    summary = "; ".join(run.summary for run in runs)
+    extra = [p for p in problems if p not in summary]
+    if extra:
+        summary += "; " + "; ".join(extra)
+    cause = next((run.root_cause for run in runs if run.status is not Status.passed and run.root_cause), None)
+    if status is Status.timeout and cause is None:
+        cause = RootCause(kind="timeout", summary=f"the {stage} suites exceeded their {limit:g} s time limit",
+                          timeout_s=limit)
+    return StageResult(
+        name=stage, status=status, summary=summary, counts=junit.count_by_outcome(results), root_cause=cause,
+        data={"suites": {run.name: {
+            "status": run.status.value,
+            "counts": run.counts,
+            "duration_s": round(run.duration_s, 3),
+            "junit": os.path.relpath(run.junit, ctx.run_dir) if run.junit else None,
+        } for run in runs}},
+    )

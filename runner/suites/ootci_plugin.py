@@ -52,7 +52,7 @@ TAIL_CHARS = 4000
 MESSAGE_CHARS = 1000
 # A hang in native code gets this much longer than the Python-level limit before the
 # process is ended, so that a test stuck in Python is always reported by the alarm.
-NATIVE_GRACE_S = 5.0
+NATIVE_GRACE_S = 2.0
 XDIST_CRASH = re.compile(r"worker '(?P<worker>[^']+)' crashed while running")
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -430,9 +430,9 @@ class _StreamingJUnit:
                    "skipped": "skipped", "xfailed": "skipped"}.get(outcome, "error")
             if tag:
                 parts.append(f"<{tag} type={_attr(outcome)} message={_attr(message)}>{escape(_clean(detail))}</{tag}>")
-        output = "".join(
-            f"--- {title} ---\n{content}\n" for r in reports for title, content in getattr(r, "sections", ())
-        )
+        # A later phase's report repeats the sections captured in the earlier ones.
+        sections = dict.fromkeys(section for r in reports for section in getattr(r, "sections", ()))
+        output = "".join(f"--- {title} ---\n{content}\n" for title, content in sections)
         if output:
             parts.append(f"<system-out>{escape(_clean(_tail(output)))}</system-out>")
         parts.append("</testcase>\n")
