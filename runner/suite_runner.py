@@ -393,7 +393,25 @@ def fatal_excerpt(output: str, lines: int = 40) -> tuple[str, str | None]:
     frame = None
     if chosen:
         frame = f"{os.path.basename(chosen.group('file'))}:{chosen.group('line')} in {chosen.group('func')}"
-    return "\n".join(block), frame
+    return "\n".join(_fold_library_frames(block)), frame
+
+
+def _fold_library_frames(lines: list[str]) -> list[str]:
+    """pytest's and pluggy's frames say nothing about the crash: one line for each run of them."""
+    out: list[str] = []
+    folded = 0
+    for line in lines:
+        m = _FRAME.match(line)
+        if m and "site-packages" in m.group("file"):
+            folded += 1
+            continue
+        if folded:
+            out.append(f"  ... {folded} frames in site-packages")
+            folded = 0
+        out.append(line)
+    if folded:
+        out.append(f"  ... {folded} frames in site-packages")
+    return out
 
 
 def _substitute(arg: str, env: dict[str, str]) -> str:

@@ -419,10 +419,12 @@ class _StreamingJUnit:
             attrs += f" line={_attr(location[1] + 1)}"
         parts = [f"<testcase {attrs} time={_attr(f'{duration:.3f}')}>"]
         props = [("nodeid", nodeid), ("ootci.outcome", outcome)]
-        for report in reports:
+        for report in reports:  # every phase's report carries the properties recorded so far
             props += [(k, v) for k, v in getattr(report, "user_properties", ()) if k != "ootci.outcome"]
+        props = list(dict.fromkeys((str(k), str(v)) for k, v in props))
         parts.append("<properties>" + "".join(
             f"<property name={_attr(k)} value={_attr(v)}/>" for k, v in props) + "</properties>")
+        detail = ""
         if deciding is not None and outcome != "passed":
             message = _short_message(deciding)[:MESSAGE_CHARS]
             detail = "" if outcome in ("skipped", "xfailed") else _tail(str(deciding.longreprtext or ""))
@@ -432,7 +434,8 @@ class _StreamingJUnit:
                 parts.append(f"<{tag} type={_attr(outcome)} message={_attr(message)}>{escape(_clean(detail))}</{tag}>")
         # A later phase's report repeats the sections captured in the earlier ones.
         sections = dict.fromkeys(section for r in reports for section in getattr(r, "sections", ()))
-        output = "".join(f"--- {title} ---\n{content}\n" for title, content in sections)
+        # pytest's failure text already carries the captured output; do not repeat it.
+        output = "".join(f"--- {title} ---\n{content}\n" for title, content in sections if content not in detail)
         if output:
             parts.append(f"<system-out>{escape(_clean(_tail(output)))}</system-out>")
         parts.append("</testcase>\n")
