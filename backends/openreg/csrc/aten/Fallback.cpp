@@ -117,6 +117,11 @@ class CallState {
           return twin.device;
         }
       }
+      TORCH_CHECK_NOT_IMPLEMENTED(
+          !t.defined() || t.layout() == c10::kStrided,
+          "The operator '", op_.operator_name(), "' is not implemented for "
+          "the openreg device: it produces a ", t.layout(), " tensor and "
+          "openreg supports only dense (strided) tensors.");
       return aliases_.to_openreg(t, result_device());
     }
     if (v.isTensorList()) {

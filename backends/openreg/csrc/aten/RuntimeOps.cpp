@@ -96,6 +96,7 @@ TORCH_LIBRARY(openreg, m) {
   m.def("initial_seed(int device) -> int", initial_seed);
   m.def("get_rng_state(int device) -> Tensor", get_rng_state);
   m.def("set_rng_state(int device, Tensor state) -> ()", set_rng_state);
+  m.def("autograd_workers_started() -> bool", autograd_workers_started);
   m.def("fallback_kind() -> str", [] { return std::string(fallback_kind()); });
 }
 

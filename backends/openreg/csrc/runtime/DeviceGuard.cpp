@@ -12,9 +12,12 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <pthread.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 
 namespace openreg {
 namespace {
@@ -29,6 +32,22 @@ thread_local std::array<c10::StreamId, kDeviceCount> tls_stream{};
 // is trivially destructible, so it outlives every thread safely.
 std::atomic<c10::StreamId> next_stream_id{1};
 constexpr c10::StreamId kPoolSize = 32;
+
+// Set once an autograd device worker ("pt_autograd_N") has bound itself to
+// an openreg device. torch_openreg drains those workers at exit (see
+// torch_openreg/_register.py), and only needs to when they exist.
+std::atomic<bool> autograd_workers_seen{false};
+
+void note_autograd_worker() {
+  if (autograd_workers_seen.load(std::memory_order_relaxed)) {
+    return;
+  }
+  char name[16] = {0};
+  if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0 &&
+      std::strncmp(name, "pt_autograd", 11) == 0) {
+    autograd_workers_seen = true;
+  }
+}
 
 struct EventState {
   c10::DeviceIndex device;
@@ -47,7 +66,7 @@ struct OpenRegGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Device exchangeDevice(c10::Device d) const override {
     auto old = getDevice();
     if (d.index() != old.index()) {
-      setDevice(d);
+      set_device(d.index());
     }
     return old;
   }
@@ -56,9 +75,12 @@ struct OpenRegGuardImpl final : c10::impl::DeviceGuardImplInterface {
     return c10::Device(static_type, current_device());
   }
 
+  // Called directly (not via exchangeDevice) by the autograd engine when a
+  // device worker thread starts.
   void setDevice(c10::Device d) const override {
     TORCH_INTERNAL_ASSERT(d.type() == static_type);
     set_device(d.index());
+    note_autograd_worker();
   }
 
   void uncheckedSetDevice(c10::Device d) const noexcept override {
@@ -204,6 +226,10 @@ void set_device(c10::DeviceIndex index) {
 
 void synchronize_device(c10::DeviceIndex index) {
   check_device_index(index);
+}
+
+bool autograd_workers_started() {
+  return autograd_workers_seen.load();
 }
 
 // The registrar leaks the guard on purpose (see DeviceGuardImplInterface):

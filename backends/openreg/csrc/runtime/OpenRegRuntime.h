@@ -24,6 +24,8 @@ c10::DeviceIndex current_device() noexcept;
 void set_device(c10::DeviceIndex index);
 // Every command runs synchronously on the host: nothing to wait for.
 void synchronize_device(c10::DeviceIndex index);
+// Whether the autograd engine has started its openreg worker threads.
+bool autograd_workers_started();
 
 // Device memory (Allocator.cpp).
 c10::DeviceAllocator* device_allocator();
