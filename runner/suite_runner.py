@@ -41,6 +41,7 @@ SUITES_DIR = Path(__file__).resolve().parent / "suites"
 BUILTIN = ("smoke", "integration")
 PLUGIN = "ootci_plugin"
 MAX_RESUMES = 25
+XDIST_MIN_TESTS = 100
 # pytest exit codes after which the session ran to its end.
 _SESSION_ENDED = {0, 1, 5}
 _EXIT_MEANING = {2: "interrupted", 3: "internal error", 4: "usage error"}
@@ -260,7 +261,9 @@ class SuiteRunner:
                     "-p", PLUGIN, "-p", "no:cacheprovider", "--continue-on-collection-errors", "-q", "-rfE",
                     *self._backend_args(), "--ootci-suite", spec.name, "--ootci-junit", str(xml),
                     "--ootci-progress", str(progress_dir)]
-            if spec.workers > 1:
+            # A retry of a few tests is faster in one process than in workers that each
+            # collect the whole suite first.
+            if spec.workers > 1 and (only is None or len(only) >= XDIST_MIN_TESTS):
                 argv += ["-n", str(spec.workers), "--max-worker-restart", str(MAX_RESUMES * spec.workers)]
             else:
                 argv += ["-p", "no:xdist"]

@@ -1,8 +1,10 @@
 """Every OpInfo of torch's op_db, run on the device and on CPU, compared.
 
 One test per (op, dtype) for the dtypes the backend claims and CPU supports for the
-op: sample inputs are made on CPU, copied to the device, and the op's results on the
-two compared. The test records `op` and `dtype` as JUnit properties, so a run can
+op: the OpInfo's sample inputs are made on the device (as PyTorch's device-generic
+tests make them, so that arguments a sample deliberately keeps on CPU stay there),
+each gets a CPU twin with the same storage layout, and the op's results on the two
+are compared. The test records `op` and `dtype` as JUnit properties, so a run can
 show which operators a backend covers.
 
 Ops whose result is not determined by their inputs (random ops, uninitialized
@@ -12,7 +14,6 @@ compared: shape, dtype and device.
 """
 
 import fnmatch
-import itertools
 import random
 import re
 import unittest
@@ -89,18 +90,47 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("opinfo,dtype_name", params)
 
 
-def _to_device(value, device, key=None):
+def _same_layout_on_cpu(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy with the same storage, offset and strides, not just the same values:
+    ops on partial or overlapping views (as_strided, expand) then see the same memory."""
+    t = t.detach()
+    if t.layout is not torch.strided or t.is_conj() or t.is_neg():
+        return t.clone() if t.device.type == "cpu" else t.cpu()
+    storage = t.untyped_storage()
+    whole = torch.empty(0, dtype=t.dtype, device=t.device).set_(
+        storage, 0, (storage.nbytes() // t.element_size(),), (1,))
+    whole = whole.clone() if t.device.type == "cpu" else whole.cpu()
+    return whole.as_strided(t.size(), t.stride(), t.storage_offset())
+
+
+def _is_device(value, device) -> bool:
+    try:
+        return isinstance(value, (str, torch.device)) and torch.device(value).type == device
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
+def _reference(value, device):
+    """The CPU twin of a sample made on the device: its tensors copied, and any device
+    argument (factory functions' device=, Tensor.to's target) turned into "cpu". Tensors
+    the sample deliberately made on CPU (e.g. tensor_split's indices) stay as they are."""
     if isinstance(value, torch.Tensor):
-        return value.detach().to(device)
+        return _same_layout_on_cpu(value)
     if isinstance(value, list):
-        return [_to_device(v, device) for v in value]
+        return [_reference(v, device) for v in value]
     if isinstance(value, tuple):
-        return tuple(_to_device(v, device) for v in value)
+        return tuple(_reference(v, device) for v in value)
     if isinstance(value, dict):
-        return {k: _to_device(v, device, key=k) for k, v in value.items()}
-    if key == "device" and torch.device(value).type == "cpu":  # factory functions: device=...
-        return device
+        return {k: _reference(v, device) for k, v in value.items()}
+    if _is_device(value, device):
+        return "cpu" if isinstance(value, str) else torch.device("cpu")
     return value
+
+
+def _names_cpu(sample) -> bool:
+    """The sample asks for a CPU result itself (zeros_like(x, device="cpu"))."""
+    leaves = tree_flatten((sample.args, sample.kwargs))[0]
+    return any(_is_device(leaf, "cpu") for leaf in leaves if not isinstance(leaf, torch.Tensor))
 
 
 def _devices_of(result):
@@ -155,22 +185,35 @@ def test_compare_cpu(opinfo, dtype_name, device, record_property, request):
     seed = zlib.crc32(f"{name}-{dtype_name}".encode())
     torch.manual_seed(seed)
     random.seed(seed)
-    samples = opinfo.sample_inputs_func(opinfo, "cpu", dtype, False)
-    for index, sample in enumerate(itertools.islice(samples, limit)):
-        on_device = (_to_device(sample.input, device), _to_device(sample.args, device),
-                     _to_device(sample.kwargs, device))
+    try:
+        samples = iter(opinfo.sample_inputs_func(opinfo, device, dtype, False))
+    except Exception as exc:
+        raise AssertionError(f"making sample inputs on {device} failed: {type(exc).__name__}: {exc}") from exc
+    index = 0
+    while limit is None or index < limit:
         try:
-            expected = opinfo(sample.input, *sample.args, **sample.kwargs)
+            sample = next(samples)
+        except StopIteration:
+            break
+        except Exception as exc:
+            raise AssertionError(f"making sample input {index} on {device} failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        where = f"sample {index} {_describe(sample)}"
+        index += 1
+        # The CPU twin first: in-place ops change their inputs.
+        cpu_input, cpu_args, cpu_kwargs = (_reference(sample.input, device), _reference(sample.args, device),
+                                           _reference(sample.kwargs, device))
+        try:
+            expected = opinfo(cpu_input, *cpu_args, **cpu_kwargs)
         except Exception:
             continue  # not a valid input on CPU either: nothing to compare with
-        where = f"sample {index} {_describe(sample)}"
         try:
-            actual = opinfo(on_device[0], *on_device[1], **on_device[2])
+            actual = opinfo(sample.input, *sample.args, **sample.kwargs)
         except Exception as exc:
             raise AssertionError(f"{where}: raised on {device} but not on CPU: {type(exc).__name__}: {exc}") from exc
         actual = sample.output_process_fn_grad(actual)
         expected = sample.output_process_fn_grad(expected)
-        if device != "cpu" and _devices_of(expected) == {"cpu"}:
+        if device != "cpu" and not _names_cpu(sample) and _devices_of(expected) == {"cpu"}:
             strays = _devices_of(actual) - {device}
             assert not strays, f"{where}: result on {', '.join(sorted(strays))}, not on {device}"
         if metadata_reason:
