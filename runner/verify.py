@@ -274,7 +274,6 @@ class _Verifier:
             on = None if learn else pool.submit(self._autoload_on)
             off = {t.ep_name: pool.submit(self._autoload_off, t) for t in self.targets}
             before = {t.ep_name: pool.submit(self.runner.probe, "imports.py", t.import_name, "torch") for t in self.targets}
-            after = {t.ep_name: pool.submit(self.runner.probe, "imports.py", "torch", t.import_name) for t in self.targets}
             if learn:
                 for t in self.targets:
                     t.device = t.device or _learned_device(off[t.ep_name].result())
@@ -291,9 +290,8 @@ class _Verifier:
             for t in self.targets:
                 checks.append(self._opt_out_check(t, off_runs[t.ep_name]))
                 checks[-1].duration_s = round(off_runs[t.ep_name].proc.duration_s, 3)
-                b, a = before[t.ep_name].result(), after[t.ep_name].result()
-                checks.append(self._circular_check(t, b, a))
-                checks[-1].duration_s = round(b.proc.duration_s + a.proc.duration_s, 3)
+                checks.append(self._circular_check(t, before[t.ep_name].result(), on_run))
+                checks[-1].duration_s = round(before[t.ep_name].result().proc.duration_s, 3)
             checks.append(_timed(lambda: self._neighbours_check(pool, plain, off_runs)))
             checks.append(_timed(lambda: self._import_cost_check(pool, plain)))
         return checks
@@ -302,7 +300,9 @@ class _Verifier:
         modules = sorted({t.module for t in self.targets} | {t.import_name for t in self.targets})
         devices = [t.device for t in self.targets if t.device]
         dtypes = sorted({d for t in self.targets for d in t.dtypes}, key=lambda d: (d != "float32", d))
-        return self.runner.probe("autoload_on.py", "--modules", ",".join(modules), "--devices", ",".join(devices),
+        return self.runner.probe("autoload_on.py", "--modules", ",".join(modules),
+                                 "--then-import", ",".join(t.import_name for t in self.targets),
+                                 "--devices", ",".join(devices),
                                  "--tensor-dtypes", ",".join(dtypes), autoload=True)
 
     def _autoload_off(self, t: Target) -> Probe:
@@ -516,12 +516,19 @@ class _Verifier:
 
     # -- 5. circular imports
 
-    def _circular_check(self, t: Target, before: Probe, after: Probe) -> CheckResult:
+    def _circular_check(self, t: Target, before: Probe, on: Probe) -> CheckResult:
+        """`import backend; import torch` in a fresh interpreter, and `import torch; import backend`.
+
+        The second order is the start of the plain-import probe (a fresh interpreter
+        too), which imports the backend right after torch, before touching the device.
+        """
         name = t.key("circular_import", self.many)
-        for order, probe, first, second in (("before", before, t.import_name, "torch"),
-                                            ("after", after, "torch", t.import_name)):
-            for module in (first, second):
-                status, cause = self._outcome(probe, f"import:{module}", f"import {module}")
+        for first, second, probe, phases in (
+            (t.import_name, "torch", before, (f"import:{t.import_name}", "import:torch")),
+            ("torch", t.import_name, on, ("import", f"after:{t.import_name}")),
+        ):
+            for module, phase in zip((first, second), phases):
+                status, cause = self._outcome(probe, phase, f"import {module}")
                 if status is not Status.passed:
                     return CheckResult(name=name, status=status, root_cause=cause,
                                        detail=f"import {first}; import {second}: `import {module}` fails: "

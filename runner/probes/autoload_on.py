@@ -1,14 +1,16 @@
 """Probe: plain `import torch` with autoload on, then use each device without importing its backend.
 
-Phases (one result line each): `import`, then for each --device `device:<name>`,
-then `tensor:<name>` unless --tensor-dtypes is empty. The probe never imports a
+Phases (one result line each): `import`; `after:<module>` for each --then-import
+(`import <backend>` after `import torch`: one half of the circular-import check);
+for each --device `device:<name>`; then `tensor:<name>` unless --tensor-dtypes is empty. The probe never imports a
 backend module itself: whatever is in sys.modules afterwards, autoload put there.
-Usage: autoload_on.py --modules m1,m2 --devices d1,d2 --tensor-dtypes float32,int64 --deadline S
+Usage: autoload_on.py --modules m1,m2 --then-import m1 --devices d1,d2 --tensor-dtypes float32,int64 --deadline S
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import time
 
 from _probe import arm, attempt, emit, loaded, split_list, torch_state
@@ -65,6 +67,7 @@ def round_trip(name: str, dtypes: list[str]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--modules", default="")
+    parser.add_argument("--then-import", default="")
     parser.add_argument("--devices", default="")
     parser.add_argument("--tensor-dtypes", default="")
     parser.add_argument("--deadline", type=float, default=0)
@@ -77,6 +80,8 @@ def main() -> None:
         emit("import", **result)
         return
     emit("import", **result, loaded=loaded(modules), state=torch_state())
+    for module in split_list(args.then_import):
+        emit(f"after:{module}", **attempt(lambda: importlib.import_module(module).__name__))
     devices = split_list(args.devices)
     for name in devices:
         emit(f"device:{name}", **attempt(lambda: use_device(name)))
