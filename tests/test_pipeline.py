@@ -205,3 +205,47 @@ def test_record_json_is_the_shared_model(toy_runs):
     assert raw["schema_version"] == 1
     assert RunRecord.model_validate(raw) == record
     assert records_under(out) == [record]
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def toy_git_repo(tmp_path) -> tuple[Path, str]:
+    import shutil
+
+    repo = tmp_path / "vendor-repo"
+    shutil.copytree(FIXTURES / "toy" / "pkg", repo / "python", ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    _git("init", "-q", "-b", "main", cwd=repo)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "add", "-A", cwd=repo)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "toy", cwd=repo)
+    return repo, _git("rev-parse", "HEAD", cwd=repo)
+
+
+def _git_manifest(tmp_path: Path, repo: Path, ref: str) -> Path:
+    text = Path(manifest("toy")).read_text().replace('path = "pkg"', f'git = "{repo}"\nref = "{ref}"\nsubdir = "python"')
+    path = tmp_path / "git-toy" / "backend.toml"
+    path.parent.mkdir()
+    path.write_text(text)
+    return path
+
+
+def test_git_source_is_cloned_at_its_ref(torch_layer, tmp_path, toy_git_repo):
+    repo, commit = toy_git_repo
+    path = _git_manifest(tmp_path, repo, "main")
+    result = ootci("run", str(path), "--torch", "2.13.0", "--out", str(tmp_path / "out"),
+                   env={"OOTCI_CACHE": os.environ["OOTCI_CACHE"]})
+    assert result.returncode == 0, result.stderr
+    build = only_record(tmp_path / "out").stage("build")
+    assert build.data["source"] == f"{commit}:python"
+
+
+def test_git_source_with_unknown_ref_fails_naming_the_field(torch_layer, tmp_path, toy_git_repo):
+    repo, _ = toy_git_repo
+    path = _git_manifest(tmp_path, repo, "no-such-branch")
+    result = ootci("run", str(path), "--torch", "2.13.0", "--out", str(tmp_path / "out"))
+    assert result.returncode == 1
+    build = only_record(tmp_path / "out").stage("build")
+    assert build.status is Status.failed
+    assert "field 'source.ref': no such ref 'no-such-branch'" in build.root_cause.summary
