@@ -12,12 +12,9 @@ import pytest
 from runner import manifest as manifest_mod
 from runner.models import Status
 from runner.verify import verify
-from support.fixture_backends import build_wheels, manifest_path
+from support.fixture_backends import backend_env_factory, build_wheels, manifest_path
 
 pytestmark = pytest.mark.slow
-
-_ENVS: dict[tuple[str, ...], object] = {}
-
 
 @pytest.fixture(scope="session")
 def wheels(torch_layer):
@@ -26,14 +23,8 @@ def wheels(torch_layer):
 
 @pytest.fixture(scope="session")
 def backend_env(make_env, wheels):
-    """backend_env(*fixture_names) -> Env with those fixture backends installed (built once a session)."""
-
-    def get(*names: str):
-        if names not in _ENVS:
-            _ENVS[names] = make_env(*[str(wheels[n]) for n in names], name="-".join(names))
-        return _ENVS[names]
-
-    return get
+    """backend_env(*fixture_names) -> Env with those fixture backends installed."""
+    return backend_env_factory(make_env, wheels)
 
 
 def run(env, fixture: str | None, **kwargs):

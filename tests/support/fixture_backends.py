@@ -82,3 +82,17 @@ def npu_wheel() -> Path | None:
                        "-q", "-d", os.fspath(target), "torch-npu==2.13.0"], timeout=600)
             found = sorted(target.glob("torch_npu-2.13.0-*.whl"))
     return found[0] if found else None
+
+
+_ENVS: dict[tuple[str, ...], object] = {}
+
+
+def backend_env_factory(make_env, wheels: dict[str, Path]):
+    """get(*fixture_names) -> Env with those fixture backends installed, built once per session."""
+
+    def get(*names: str):
+        if names not in _ENVS:
+            _ENVS[names] = make_env(*[str(wheels[n]) for n in names], name="-".join(names))
+        return _ENVS[names]
+
+    return get
