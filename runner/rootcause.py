@@ -213,7 +213,7 @@ def from_chain(chain: list[dict], *, what: str = "import", culprit: str | None =
         if where:
             summary += f" at {where}"
         return RootCause(kind="exit_code", summary=summary[:500], exception_type=exc_type, message=message[:2000],
-                         exit_code=code, hint=hint_for(summary), culprit=culprit)
+                         exit_code=code, hint=hint_for(f"SystemExit: {message}"), culprit=culprit)
     summary = f"{exc_type}: {message}" if message else exc_type
     return RootCause(kind="exception", summary=summary[:500], exception_type=exc_type, message=message[:2000],
                      hint=hint_for(summary) or hint_for(f"{exc_type}: {message}"), culprit=culprit)

@@ -198,3 +198,26 @@ def test_stdout_flood_neither_confuses_nor_bloats_the_result(backend_env):
     result = run(backend_env("floods"), "floods")
     assert result.status is Status.passed, result.model_dump_json(indent=1)[:3000]
     assert len(result.model_dump_json()) < 20_000
+
+
+def test_autoload_stage_records_the_verification(backend_env, tmp_path):
+    import datetime as dt
+
+    from runner.models import RunRecord, TorchInfo
+    from runner.stages import autoload
+    from runner.stages.base import RunContext, RunOptions
+
+    manifest = manifest_mod.load(manifest_path("raises"))
+    env = backend_env("raises")
+    record = RunRecord(run_id="r1", backend=manifest.name, device=manifest.device, torch=TorchInfo(spec="2.13.0"),
+                       started_at=dt.datetime.now(dt.timezone.utc))
+    ctx = RunContext(manifest=manifest, options=RunOptions(), record=record, run_dir=tmp_path, cache=tmp_path,
+                     reporter=None, stage_name=autoload.NAME, env=env)
+    stage = autoload.run(ctx)
+    assert autoload.NAME == "autoload" and stage.name == "autoload"
+    assert stage.status is Status.failed
+    assert stage.root_cause.message == "torch_raises: device firmware 1.2 is required, found 0.9"
+    assert [c.name for c in stage.checks][:2] == ["entry_point", "plain_import"]
+    assert stage.summary.startswith("plain_import failed: RuntimeError: torch_raises: device firmware")
+    log = (tmp_path / "logs" / "autoload.log").read_text()
+    assert "autoload_on.py" in log and "torch_raises: device firmware" in log

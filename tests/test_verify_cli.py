@@ -82,18 +82,6 @@ def test_human_output_is_a_compact_table(backend_env):
     assert all(len(line) < 180 for line in lines)
 
 
-@pytest.mark.slow
-def test_json_of_a_hang_is_bounded_and_names_the_limit(backend_env):
-    env = backend_env("hangs")
-    result = ootci("--python", str(env.python), "--backend", str(manifest_path("hangs")), "--json",
-                   "--timeout", "10", "--runs", "1")
-    assert result.returncode == 1
-    report = json.loads(result.stdout)
-    assert report["status"] == "timeout"
-    assert report["root_cause"]["timeout_s"] == 10
-    assert len(result.stdout) < 20_000
-
-
 def test_python_that_does_not_exist(tmp_path):
     one_line_error(ootci("--python", str(tmp_path / "nothing")), 7, "no such file")
 
