@@ -435,9 +435,8 @@ class _Verifier:
         status, cause = self._outcome(on, "import", "import torch")
         data: dict = {"entry_points": [e["name"] for e in self.installed]}
         if status is not Status.passed:
-            where = f" (entry point {cause.culprit})" if cause and cause.culprit else ""
             return CheckResult(name="plain_import", status=status, data=data, root_cause=cause,
-                               detail=f"import torch fails{where}: {cause.summary if cause else ''}")
+                               detail=f"import torch fails: {_why(cause)}")
         phase = on.get("import") or {}
         loaded = phase.get("loaded", {})
         data.update(import_s=round(phase.get("value", {}).get("import_s", 0), 3), state=phase.get("state"))
@@ -462,7 +461,7 @@ class _Verifier:
         status, cause = self._outcome(on, f"device:{t.device}", f"using device '{t.device}'")
         if status is not Status.passed:
             return CheckResult(name=name, status=status, root_cause=cause,
-                               detail=f"device '{t.device}' is not usable: {cause.summary if cause else ''}")
+                               detail=f"device '{t.device}' is not usable: {_why(cause)}")
         report = on.get(f"device:{t.device}")["value"]
         state = (on.get("import") or {}).get("state") or {}
         problems = []
@@ -503,7 +502,7 @@ class _Verifier:
             return CheckResult(name=name, status=Status.skipped, detail=f"no tensor support: {cause.summary}")
         if status is not Status.passed:
             return CheckResult(name=name, status=status, root_cause=cause,
-                               detail=f"tensor round trip to '{t.device}' fails: {cause.summary if cause else ''}")
+                               detail=f"tensor round trip to '{t.device}' fails: {_why(cause)}")
         results = on.get(phase)["value"]
         wrong = [d for d, r in results.items() if not (r["equal"] and r["literal_ok"] and r["device_type"] == t.device)]
         if wrong:
@@ -521,7 +520,7 @@ class _Verifier:
         status, cause = self._outcome(off, "import", f"import torch with {SWITCH}=0")
         if status is not Status.passed:
             return CheckResult(name=name, status=status, root_cause=cause,
-                               detail=f"import torch with {SWITCH}=0 fails: {cause.summary if cause else ''}")
+                               detail=f"import torch with {SWITCH}=0 fails: {_why(cause)}")
         loaded = [m for m, yes in (off.get("import") or {}).get("loaded", {}).items() if yes]
         if loaded:
             summary = f"{', '.join(loaded)}: loaded the backend although autoload is off ({SWITCH}=0)"
@@ -533,7 +532,7 @@ class _Verifier:
         if status is not Status.passed:
             return CheckResult(name=name, status=status, root_cause=cause, data=data,
                                detail=f"autoload off keeps it unloaded, but `import {t.import_name}` then fails: "
-                                      f"{cause.summary if cause else ''}")
+                                      f"{_why(cause)}")
         return CheckResult(name=name, status=Status.passed, data=data,
                            detail=f"{SWITCH}=0: import torch loads no backend; `import {t.import_name}` works")
 
@@ -555,7 +554,7 @@ class _Verifier:
                 if status is not Status.passed:
                     return CheckResult(name=name, status=status, root_cause=cause,
                                        detail=f"import {first}; import {second}: `import {module}` fails: "
-                                              f"{cause.summary if cause else ''}")
+                                              f"{_why(cause)}")
         return CheckResult(name=name, status=Status.passed,
                            detail=f"import {t.import_name} works before and after import torch")
 
@@ -595,7 +594,7 @@ class _Verifier:
             more = f" (and {len(bad_others) - 1} more)" if len(bad_others) > 1 else ""
             return CheckResult(name="neighbours", status=status, data=data, root_cause=cause,
                                detail=f"another backend breaks import torch: entry point '{n}' ({dist}){more}: "
-                                      f"{cause.summary if cause else ''}")
+                                      f"{cause.summary if cause else 'no detail'}")
         if broken:
             return CheckResult(name="neighbours", status=Status.passed, data=data,
                                detail=f"no other entry point breaks import torch; the failure is "
@@ -630,7 +629,7 @@ class _Verifier:
                 if seconds is None:
                     status, cause = self._outcome(Probe(result, {}), "-", "import torch")
                     return CheckResult(name="import_cost", status=status, root_cause=cause,
-                                       detail=f"import torch failed while timing it: {cause.summary if cause else ''}")
+                                       detail=f"import torch failed while timing it: {_why(cause)}")
                 samples[autoload].append(seconds * 1000)
         with_ms = statistics.median(samples[True])
         without_ms = statistics.median(samples[False])
@@ -641,6 +640,13 @@ class _Verifier:
         return CheckResult(name="import_cost", status=Status.passed, data=data,
                            detail=f"import torch: {with_ms:.0f} ms with autoload, {without_ms:.0f} ms without "
                                   f"({with_ms - without_ms:+.0f} ms, median of {self.runs})")
+
+
+def _why(cause: RootCause | None) -> str:
+    """A root cause for a detail line: its summary, and the entry point that caused it."""
+    if cause is None:
+        return "no detail"
+    return f"entry point {cause.culprit}: {cause.summary}" if cause.culprit else cause.summary
 
 
 def _learned_device(off: Probe) -> str | None:
