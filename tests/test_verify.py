@@ -221,3 +221,25 @@ def test_autoload_stage_records_the_verification(backend_env, tmp_path):
     assert stage.summary.startswith("plain_import failed: RuntimeError: torch_raises: device firmware")
     log = (tmp_path / "logs" / "autoload.log").read_text()
     assert "autoload_on.py" in log and "torch_raises: device firmware" in log
+
+
+def test_manifest_entry_point_must_match_the_declared_one(backend_env, tmp_path):
+    # The badattr package declares `torch_badattr = torch_badattr:_autoload_missing`.
+    text = manifest_path("badattr").read_text().replace(
+        'entry_point = "torch_badattr = torch_badattr:_autoload_missing"',
+        'entry_point = "torch_badattr = torch_badattr:_autoload"')
+    (tmp_path / "backend.toml").write_text(text.replace('path = "."', f'path = "{manifest_path("badattr").parent}"'))
+    result = verify(backend_env("badattr").python, manifest_mod.load(tmp_path / "backend.toml"), runs=1, timeout=60)
+    entry = checks(result)["entry_point"]
+    assert entry.status is Status.failed
+    assert entry.detail == ("entry point mismatch: the manifest expects 'torch_badattr = torch_badattr:_autoload', "
+                            "torch_badattr declares 'torch_badattr = torch_badattr:_autoload_missing'")
+    assert result.root_cause == entry.root_cause
+
+
+def test_backend_not_installed_in_the_environment(backend_env):
+    result = run(backend_env("foo"), "pyd")
+    by_name = checks(result)
+    assert by_name["entry_point"].root_cause.summary == "distribution torch_pyd is not installed in the environment under test"
+    assert by_name["plain_import"].detail == "torch_pyd not loaded by `import torch` (autoload)"
+    assert result.root_cause == by_name["entry_point"].root_cause

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import os
 
 from _probe import arm, attempt, emit, loaded, split_list, torch_state
 
 
 def load_entry_point(name: str):
+    # Imported here, not at the top: the import phase is timed and must cost what a plain import costs.
+    import importlib.metadata
+
     matches = [ep for ep in importlib.metadata.entry_points(group="torch.backends") if ep.name == name]
     if not matches:
         raise LookupError(f"no entry point named '{name}' in group torch.backends")
