@@ -78,6 +78,11 @@ def target(python: str | os.PathLike | None = None) -> Target:
     """The tags of `python` (default: this interpreter)."""
     if python is None or _same_interpreter(python):
         return Target(tuple(sys_tags()), platform.python_version())
+    return interpreter_target(python)
+
+
+def interpreter_target(python: str | os.PathLike) -> Target:
+    """Ask the interpreter itself for its tags (with this orchestrator's `packaging`)."""
     packaging_parent = str(Path(packaging.__file__).resolve().parent.parent)
     result = procs.run(procs.python_argv(python, "-I", "-c", _TAGS_SCRIPT, packaging_parent), timeout=60)
     for line in result.output_tail.splitlines():

@@ -310,7 +310,8 @@ def checkout(plan: SourcePlan, *, log: Path | None = None) -> str:
                 _run(cmd, log)
             elif cmd.role == CHECKOUT:
                 _run(cmd, log)
-        head = _run(Command("read the commit", _git("-C", layout.checkout, "rev-parse", "HEAD"), timeout=60), log)
+        head = _run(Command("read the commit", _git("-C", layout.checkout, "rev-parse", "HEAD"), CHECKOUT,
+                              timeout=60), log)
     commit = head.output_tail.strip().splitlines()[-1].strip()
     if plan.commit and commit != plan.commit:
         # The ref moved between ls-remote and fetch: build what was fetched, and say so.
