@@ -161,7 +161,9 @@ def _source(spec: TorchSpec, repo: str | None, python: str | os.PathLike | None,
         return TorchPlan(spec, install, _source_key(source_plan.commit, source_plan.ref), _source_origin(source_plan),
                          source_plan.steps, commit=source_plan.commit, wheel=wheel, commands=commands)
     built = torch_source.build(source_plan, log=log or cache / "logs" / f"torch-source-{spec.kind}-{spec.value}.log")
-    steps = source_plan.steps + [f"built {built.wheel}" if not built.reused else f"reused {built.wheel}"]
+    steps = source_plan.steps
+    if not source_plan.cached_wheel:
+        steps.append(f"{'reused' if built.reused else 'built'} {built.wheel}")
     return TorchPlan(spec, [str(built.wheel)], _source_key(built.commit, source_plan.ref), _source_origin(source_plan),
                      steps, version=_wheel_version(built.wheel.name), commit=built.commit, wheel=built.wheel,
                      commands=commands)

@@ -185,7 +185,7 @@ def resolve(spec: TorchSpec, repo_url: str) -> tuple[str, str | None, str]:
         if merge in refs:
             return merge, refs[merge], f"pull request {spec.value} merged into its base; head {refs.get(head, '?')}"
         if head in refs:
-            return head, refs[head], f"pull request {spec.value} head (no merge ref: conflicting or closed)"
+            return head, refs[head], f"pull request {spec.value} head; no merge ref (conflicting or closed)"
         raise TorchSpecError(f"pull request {spec.value} not found at {repo_url} (no {head})")
     ref = spec.value
     if _FULL_SHA.match(ref):
