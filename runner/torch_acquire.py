@@ -11,6 +11,7 @@ index or a missing pull request.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -160,7 +161,8 @@ def _source(spec: TorchSpec, repo: str | None, python: str | os.PathLike | None,
                                                    / "torch-<version>.whl")]
         return TorchPlan(spec, install, _source_key(source_plan.commit, source_plan.ref), _source_origin(source_plan),
                          source_plan.steps, commit=source_plan.commit, wheel=wheel, commands=commands)
-    built = torch_source.build(source_plan, log=log or cache / "logs" / f"torch-source-{spec.kind}-{spec.value}.log")
+    default_log = cache / "logs" / f"torch-source-{spec.kind}-{re.sub(r'[^A-Za-z0-9._-]', '_', spec.value)}.log"
+    built = torch_source.build(source_plan, log=log or default_log)
     steps = source_plan.steps
     if not source_plan.cached_wheel:
         steps.append(f"{'reused' if built.reused else 'built'} {built.wheel}")

@@ -30,9 +30,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from . import procs
+from . import procs, rootcause
 from .envs import cache_root, digest
 from .errors import EXIT_FAILED, IndexError_, OotciError, TorchSpecError
+from .models import RootCause
 from .procs import ProcResult
 from .torchspec import TorchSpec
 
@@ -49,13 +50,14 @@ _SHORT_SHA = re.compile(r"^[0-9a-f]{4,39}$")
 
 
 class TorchBuildError(OotciError):
-    """A command of a source build failed; `result` holds the process for a root cause."""
+    """A command of a source build failed; `result` is its process, `cause` why it failed."""
 
     exit_code = EXIT_FAILED
 
-    def __init__(self, message: str, result: ProcResult | None = None):
+    def __init__(self, message: str, result: ProcResult | None = None, cause: RootCause | None = None):
         super().__init__(message)
         self.result = result
+        self.cause = cause
 
 
 def torch_repo(repo_url: str | None = None) -> str:
@@ -370,11 +372,7 @@ def _run(cmd: Command, log: Path | None) -> ProcResult:
     env.setdefault("GIT_TERMINAL_PROMPT", "0")
     result = procs.run(cmd.argv, timeout=cmd.timeout, log=log, env=env, cwd=cmd.cwd)
     if not result.ok:
-        if result.timed_out:
-            why = f"timed out after {cmd.timeout:g} s"
-        else:
-            last = (result.output_tail.strip().splitlines() or ["no output"])[-1].strip()
-            why = f"exit code {result.returncode}: {last[:300]}"
+        cause = rootcause.from_proc(result, what=cmd.what)
         where = f" (log: {log})" if log else ""
-        raise TorchBuildError(f"source build: {cmd.what} failed, {why}{where}", result)
+        raise TorchBuildError(f"source build: {cmd.what} failed: {cause.summary}{where}", result, cause)
     return result

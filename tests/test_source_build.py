@@ -29,6 +29,13 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "ootci test", "GIT_AUTHOR_EMAIL": "test@ootci.inva
            "GIT_CONFIG_NOSYSTEM": "1"}
 
 
+BROKEN_BUILD = """
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    raise RuntimeError("simulated compile error in aten/src/ATen/native/Foo.cpp")
+"""
+
+
 def git(repo: Path, *args: str) -> str:
     result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60,
                             env=dict(os.environ, **GIT_ENV), check=True)
@@ -64,13 +71,18 @@ def upstream(tmp_path_factory) -> dict:
     # Pull request 8 has no merge ref (a conflicting PR).
     git(repo, "checkout", "-q", "-b", "fork8", first)
     pr8_head = commit_file(repo, "PR", "pull request 8\n", "PR 8")
+    # Pull request 9 breaks the build.
+    git(repo, "checkout", "-q", "-b", "fork9", second)
+    backend = (repo / "fake_torch_backend.py").read_text() + BROKEN_BUILD
+    pr9_head = commit_file(repo, "fake_torch_backend.py", backend, "PR 9")
     git(repo, "checkout", "-q", "main")
     git(repo, "update-ref", "refs/pull/7/head", pr_head)
+    git(repo, "update-ref", "refs/pull/9/head", pr9_head)
     git(repo, "update-ref", "refs/pull/7/merge", pr_merge)
     git(repo, "update-ref", "refs/pull/8/head", pr8_head)
-    git(repo, "branch", "-q", "-D", "fork", "fork8")
+    git(repo, "branch", "-q", "-D", "fork", "fork8", "fork9")
     return {"path": repo, "url": str(repo), "first": first, "second": second, "pr_head": pr_head,
-            "pr_merge": pr_merge, "pr8_head": pr8_head}
+            "pr_merge": pr_merge, "pr8_head": pr8_head, "pr9_head": pr9_head}
 
 
 @pytest.fixture
@@ -166,10 +178,16 @@ def test_an_unreachable_repository_is_reported_via_the_cli(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"ootci: cannot read torch repository {missing}: ")
 
 
+@pytest.fixture(scope="module")
+def build_cache(tmp_path_factory) -> Path:
+    """One cache for the build tests, so the build venv is made once."""
+    return tmp_path_factory.mktemp("build") / "cache"
+
+
 @pytest.mark.slow
-def test_build_produces_a_wheel_whose_git_version_is_the_commit(upstream, tmp_path):
+def test_build_produces_a_wheel_whose_git_version_is_the_commit(upstream, build_cache, tmp_path):
     """ootci torch pr:7 --out dist/, as the build-torch workflow runs it, then import the result."""
-    cache, dist = tmp_path / "cache", tmp_path / "dist"
+    cache, dist = build_cache, tmp_path / "dist"
     env = dict(os.environ, OOTCI_CACHE=str(cache), OOTCI_TORCH_REPO=upstream["url"])
     result = subprocess.run([OOTCI, "torch", "pr:7", "--out", str(dist), "--jobs", "2", "--json"],
                             capture_output=True, text=True, timeout=600, env=env)
@@ -204,3 +222,17 @@ def test_build_produces_a_wheel_whose_git_version_is_the_commit(upstream, tmp_pa
     assert again_plan["install_args"] == plan["install_args"]
     assert again_plan["commands"] == []
     assert any(step.startswith("reuse the wheel already built") for step in again_plan["steps"])
+
+
+@pytest.mark.slow
+def test_a_failing_build_is_one_line_with_its_root_cause(upstream, build_cache):
+    with pytest.raises(torch_source.TorchBuildError) as info:
+        torch_acquire.plan(torchspec.parse("pr:9"), torch_repo=upstream["url"], cache=build_cache)
+    error = info.value
+    log = build_cache / "logs" / "torch-source-pr-9.log"
+    assert error.exit_code == 1
+    assert error.message == ("source build: build the torch wheel failed: RuntimeError: simulated compile error in "
+                             f"aten/src/ATen/native/Foo.cpp (log: {log})")
+    assert error.cause.exception_type == "RuntimeError" and error.result.returncode != 0
+    assert "simulated compile error" in log.read_text()
+    assert not list((build_cache / "wheels" / "source" / upstream["pr9_head"]).glob("*"))
