@@ -45,6 +45,10 @@ GIT_TIMEOUT = 3600.0
 REQUIREMENTS_TIMEOUT = 1800.0
 BUILD_TIMEOUT = 6 * 3600.0
 
+# No automatic gc in the bare clone: the build checkout borrows its objects, and a
+# commit only an old, since-moved PR ref held must stay readable.
+FETCH_OPTIONS = ("--no-tags", "--no-auto-gc")
+
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 _SHORT_SHA = re.compile(r"^[0-9a-f]{4,39}$")
 
@@ -225,12 +229,12 @@ def _commands(layout: Layout, ref: str, commit: str | None, jobs: int, build_tim
         cmds.append(Command("clone the repository (bare, reused by later builds)",
                             _git("clone", "--bare", "--", layout.repo_url, mirror), NEW_MIRROR))
     if ref.startswith("refs/"):
-        cmds.append(Command(f"fetch {ref}", _git("-C", mirror, "fetch", "--no-tags", "origin", f"+{ref}:{ref}"),
+        cmds.append(Command(f"fetch {ref}", _git("-C", mirror, "fetch", *FETCH_OPTIONS, "origin", f"+{ref}:{ref}"),
                             MIRROR))
     else:
         # A bare commit: whatever branch or tag holds it.
         cmds.append(Command("fetch all branches and tags", _git(
-            "-C", mirror, "fetch", "--no-tags", "origin", "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"),
+            "-C", mirror, "fetch", *FETCH_OPTIONS, "origin", "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"),
             MIRROR))
     if not (checkout / ".git").is_dir():
         cmds.append(Command("create the build checkout (shares the clone's objects)",
@@ -290,45 +294,20 @@ class SourceBuild:
 
 def checkout(plan: SourcePlan, *, log: Path | None = None) -> str:
     """Run the git part of the plan (clone or fetch, checkout, submodules); returns HEAD's commit."""
-    layout = plan.layout
-    layout.mirror.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(os.fspath(layout.mirror) + ".lock"):
-        for cmd in plan.commands:
-            if cmd.role == NEW_MIRROR:
-                if (layout.mirror / READY).is_file():
-                    continue  # another run cloned it meanwhile
-                _clear(layout.mirror)  # a clone that never finished
-                _run(cmd, log)
-                (layout.mirror / READY).write_text(plan.repo_url + "\n")
-            elif cmd.role == MIRROR:
-                _run(cmd, log)
-    layout.checkout.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(os.fspath(layout.checkout) + ".lock"):
-        for cmd in plan.commands:
-            if cmd.role == NEW_CHECKOUT:
-                if (layout.checkout / ".git").is_dir():
-                    continue
-                _clear(layout.checkout)
-                _run(cmd, log)
-            elif cmd.role == CHECKOUT:
-                _run(cmd, log)
-        head = _run(Command("read the commit", _git("-C", layout.checkout, "rev-parse", "HEAD"), CHECKOUT,
-                              timeout=60), log)
-    commit = head.output_tail.strip().splitlines()[-1].strip()
-    if plan.commit and commit != plan.commit:
-        # The ref moved between ls-remote and fetch: build what was fetched, and say so.
-        plan.note += f"; ref moved from {plan.commit}"
-    plan.commit = commit
-    return commit
+    _update_clone(plan, log)
+    with _checkout_lock(plan.layout):
+        return _check_out(plan, log)
 
 
 def build(plan: SourcePlan, *, log: Path | None = None) -> SourceBuild:
     """Run the whole plan; the wheel is cached per commit."""
     if plan.cached_wheel:
         return SourceBuild(plan.cached_wheel, plan.commit or "", True)
-    commit = checkout(plan, log=log)
-    wheel_dir = plan.layout.wheel_dir(commit)
-    with FileLock(os.fspath(plan.layout.checkout) + ".lock"):
+    _update_clone(plan, log)
+    # One lock from checkout to wheel: another run must not switch the tree mid-build.
+    with _checkout_lock(plan.layout):
+        commit = _check_out(plan, log)
+        wheel_dir = plan.layout.wheel_dir(commit)
         ready = _ready_wheel(wheel_dir)
         if ready:
             return SourceBuild(ready, commit, True)
@@ -348,6 +327,46 @@ def build(plan: SourcePlan, *, log: Path | None = None) -> SourceBuild:
             raise TorchBuildError(f"source build of {commit} produced {len(wheels)} torch wheels in {wheel_dir}")
         (wheel_dir / READY).write_text(json.dumps({"commit": commit, "ref": plan.ref, "repo": plan.repo_url}))
     return SourceBuild(wheels[0], commit, False)
+
+
+def _update_clone(plan: SourcePlan, log: Path | None) -> None:
+    mirror = plan.layout.mirror
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(os.fspath(mirror) + ".lock"):
+        for cmd in plan.commands:
+            if cmd.role == NEW_MIRROR:
+                if (mirror / READY).is_file():
+                    continue  # another run cloned it meanwhile
+                _clear(mirror)  # a clone that never finished
+                _run(cmd, log)
+                (mirror / READY).write_text(plan.repo_url + "\n")
+            elif cmd.role == MIRROR:
+                _run(cmd, log)
+
+
+def _checkout_lock(layout: Layout) -> FileLock:
+    layout.checkout.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(os.fspath(layout.checkout) + ".lock")
+
+
+def _check_out(plan: SourcePlan, log: Path | None) -> str:
+    """The checkout part of the plan, under the checkout lock; returns HEAD's commit."""
+    work = plan.layout.checkout
+    for cmd in plan.commands:
+        if cmd.role == NEW_CHECKOUT:
+            if (work / ".git").is_dir():
+                continue
+            _clear(work)
+            _run(cmd, log)
+        elif cmd.role == CHECKOUT:
+            _run(cmd, log)
+    head = _run(Command("read the commit", _git("-C", work, "rev-parse", "HEAD"), CHECKOUT, timeout=60), log)
+    commit = head.output_tail.strip().splitlines()[-1].strip()
+    if plan.commit and commit != plan.commit:
+        # The ref moved between ls-remote and fetch: build what was fetched, and say so.
+        plan.note += f"; ref moved from {plan.commit}"
+    plan.commit = commit
+    return commit
 
 
 def _with_wheel_dir(cmd: Command, wheel_dir: Path) -> Command:

@@ -106,7 +106,7 @@ def test_dry_run_of_a_pull_request_lists_every_command_and_touches_nothing(upstr
         f"source build of {upstream['url']} refs/pull/7/merge at commit {merge} "
         f"(pull request 7 merged into its base; head {upstream['pr_head']})",
         f"clone the repository (bare, reused by later builds): git clone --bare -- {upstream['url']} {layout.mirror}",
-        f"fetch refs/pull/7/merge: git -C {layout.mirror} fetch --no-tags origin "
+        f"fetch refs/pull/7/merge: git -C {layout.mirror} fetch --no-tags --no-auto-gc origin "
         "+refs/pull/7/merge:refs/pull/7/merge",
         f"create the build checkout (shares the clone's objects): git clone --shared --no-checkout {layout.mirror} "
         f"{layout.checkout}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,31 @@ def test_cli_reports_spec_errors_in_one_line(spec, code, text):
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ootci: ") and text in lines[0]
+
+
+def test_out_places_a_pinned_version_downloaded_by_pip(tmp_path):
+    """`ootci torch 9.9.0 --out dist/` asks pip for the wheel (here from a local directory only)."""
+    import zipfile
+
+    links = tmp_path / "links"
+    links.mkdir()
+    name = "torch-9.9.0-py3-none-any.whl"
+    with zipfile.ZipFile(links / name, "w") as wheel:
+        wheel.writestr("torch/__init__.py", "")
+        wheel.writestr("torch-9.9.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: torch\nVersion: 9.9.0\n")
+        wheel.writestr("torch-9.9.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr("torch-9.9.0.dist-info/RECORD", "")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env |= {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(links), "PIP_CONFIG_FILE": "/dev/null",
+            "OOTCI_CACHE": str(tmp_path / "cache")}
+    dist = tmp_path / "dist"
+    result = subprocess.run([OOTCI, "torch", "9.9.0", "--out", str(dist)], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert (dist / name).read_bytes() == (links / name).read_bytes()
+    assert f"wheel:   {dist / name}" in result.stdout
+
+    missing = subprocess.run([OOTCI, "torch", "9.9.1", "--out", str(dist)], capture_output=True, text=True,
+                             timeout=300, env=env)
+    assert missing.returncode == 6
+    assert missing.stderr.startswith("ootci: pip could not download torch==9.9.1: ")
