@@ -15,6 +15,7 @@ by running the orchestrator's `packaging` (pure Python) in that interpreter.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -27,7 +28,7 @@ from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 import packaging
 import requests
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.tags import Tag, sys_tags
+from packaging.tags import Tag, parse_tag, sys_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
@@ -59,7 +60,9 @@ class Target:
 
     @property
     def platform(self) -> str:
-        return self.tags[0].platform
+        # Newer `packaging` lists plain `linux_x86_64` first; the manylinux tag says more.
+        specific = [t.platform for t in self.tags if not t.platform.startswith("linux_")]
+        return specific[0] if specific else self.tags[0].platform
 
     def describe(self) -> str:
         return f"Python tag {self.python_tag}, platform {self.platform}"
@@ -233,21 +236,14 @@ def newest_nightly(files: list[IndexFile], target_: Target, index_url: str) -> N
                "requires another Python": 0, "yanked": 0}
     wheels = 0
     for f in files:
-        try:
-            name, version, _, tags = parse_wheel_filename(f.filename)
-        except InvalidWheelFilename:
-            continue
-        if canonicalize_name(name) != "torch":
+        # Tags first, from a cache: a nightly page lists thousands of wheels but only a
+        # few dozen distinct tag triples, and most wheels are for other Pythons/platforms.
+        tags = _wheel_tags(f.filename)
+        if tags is None:
             continue
         wheels += 1
         if f.yanked:
             skipped["yanked"] += 1
-            continue
-        if not version.is_devrelease:
-            skipped["not a .dev build"] += 1
-            continue
-        if not _python_allowed(f.requires_python, target_.python_version):
-            skipped["requires another Python"] += 1
             continue
         supported = [rank[t] for t in tags if t in rank]
         if not supported:
@@ -257,6 +253,17 @@ def newest_nightly(files: list[IndexFile], target_: Target, index_url: str) -> N
                 skipped["another platform"] += 1
             else:
                 skipped["another ABI"] += 1
+            continue
+        try:
+            version = parse_wheel_filename(f.filename)[1]
+        except InvalidWheelFilename:
+            wheels -= 1
+            continue
+        if not version.is_devrelease:
+            skipped["not a .dev build"] += 1
+            continue
+        if not _python_allowed(f.requires_python, target_.python_version):
+            skipped["requires another Python"] += 1
             continue
         score = (version, -min(supported))
         if best is None or score > best[0]:
@@ -273,6 +280,25 @@ def newest_nightly(files: list[IndexFile], target_: Target, index_url: str) -> N
     return NightlyWheel(f.filename, f.url, f.sha256, version, index_url)
 
 
+def _wheel_tags(filename: str) -> frozenset[Tag] | None:
+    """The tags of a torch wheel's file name; None for anything else."""
+    if not filename.endswith(".whl"):
+        return None
+    parts = filename[:-4].split("-")
+    if len(parts) not in (5, 6) or canonicalize_name(parts[0]) != "torch":
+        return None
+    return _parse_tags("-".join(parts[-3:]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_tags(triple: str) -> frozenset[Tag] | None:
+    try:
+        return parse_tag(triple)
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=256)
 def _python_allowed(requires_python: str | None, python_version: str) -> bool:
     if not requires_python:
         return True

@@ -157,7 +157,7 @@ def test_nothing_for_this_platform_names_what_was_looked_for(httpserver):
         torch_index.resolve_nightly(index)
     message = info.value.message
     assert message.startswith(f"no matching torch wheel at {index}: ")
-    assert f"Python tag {PY}, platform {OUR.platform}" in message
+    assert f"Python tag {PY}, platform {torch_index.target().platform}" in message
     assert "5 torch wheels listed (1 for another Python, 3 for another platform, 1 not a .dev build)" in message
 
 
