@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -176,3 +177,14 @@ def test_out_places_a_pinned_version_downloaded_by_pip(tmp_path):
                              timeout=300, env=env)
     assert missing.returncode == 6
     assert missing.stderr.startswith("ootci: pip could not download torch==9.9.1: ")
+
+
+@pytest.mark.slow
+def test_installed_reports_the_torch_of_that_interpreter(torch_layer):
+    result = subprocess.run([OOTCI, "torch", "installed", "--python", str(torch_layer.python), "--json"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["install_args"] == [] and plan["source"] == str(torch_layer.python)
+    assert plan["version"].startswith("2.13.0")
+    assert len(plan["commit"]) == 40 and int(plan["commit"], 16) >= 0

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .. import torch_acquire, torchspec
+from .. import envs, torch_acquire, torchspec
 from ..envs import cache_root
 from ..errors import UsageError
 
@@ -43,6 +43,10 @@ def cmd_torch(args: argparse.Namespace) -> int:
     spec = torchspec.parse(args.spec)
     plan = torch_acquire.plan(spec, dry_run=args.dry_run, index_url=args.index_url, python=args.python,
                               cache=cache_root(), jobs=args.jobs, torch_repo=args.torch_repo, log=args.log)
+    if spec.kind == "installed" and not args.dry_run:
+        # Nothing to acquire: say which torch that environment has (exit 7 if none).
+        info = envs.torch_info(plan.source)
+        plan.version, plan.commit = info["version"], info["git_version"]
     placed = None
     if args.out and not args.dry_run:
         placed = torch_acquire.place(plan, args.out, python=args.python, log=args.log)
