@@ -38,7 +38,8 @@ HINTS: list[tuple[re.Pattern, str]] = [
     (re.compile(r"^SystemExit"), "the backend calls sys.exit() while it is imported: raise an exception instead"),
     (re.compile(r"exited with code .* during import"),
      "the backend ends the interpreter while it is imported (sys.exit or os._exit)"),
-    (re.compile(r"is not linked with support for|PrivateUse1HooksInterface|Could not run 'aten::"),
+    (re.compile(r"is not linked with support for|PrivateUse1HooksInterface|"
+                r"Could not run 'aten::[\w.]+' with arguments from the 'PrivateUse1' backend"),
      "no tensor support: the backend registers no allocator or kernels for its device"),
     (re.compile(r"device type at start of device string"),
      "the device name is not registered: the backend did not run torch.utils.rename_privateuse1_backend"),
