@@ -43,8 +43,6 @@ def main() -> None:
     if not result["ok"]:
         emit("import", **result, switch=os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"))
         return
-    import torch
-
     before = torch_state()
     emit("import", **result, loaded=loaded(modules), state=before,
          switch=os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"))
