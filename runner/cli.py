@@ -13,6 +13,9 @@ from .errors import OotciError
 # `register(subparsers)`, which adds its parser and sets `func`.
 COMMANDS = [
     "registry",
+    "run",
+    "torch",
+    "verify",
     "test",
 ]
 
