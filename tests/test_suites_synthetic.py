@@ -148,3 +148,54 @@ def test_bad_input_gets_one_line_and_an_exit_code(torch_layer, tmp_path):
     assert missing.returncode == 1
     record = json.loads((tmp_path / "out" / "record.json").read_text())
     assert record["stages"][0]["status"] == "failed" and "does not exist" in record["problems"][0]
+
+
+def _runner(python, tmp_path, seconds, **changes):
+    m = manifest.load(SYNTHETIC).model_copy(update={"retries": 0, "expected_failures": [], **changes})
+    runner = suite_runner.SuiteRunner(python=python, manifest=m, junit_dir=tmp_path / "junit",
+                                      log=tmp_path / "suite.log", deadline=time.monotonic() + seconds)
+    return m, runner
+
+
+@pytest.mark.slow
+def test_hangs_under_xdist_are_timeouts(torch_layer, tmp_path):
+    m, runner = _runner(torch_layer.python, tmp_path, 300)
+    spec = suite_runner.vendor_suite(m.suites.vendor[1], m.directory, 1)
+    spec.workers = 2
+    run = runner.run(spec)
+    results = {r.id: r for r in run.results}
+    assert {i: r.outcome for i, r in results.items()} == {
+        "check_hangs.py::test_before": Outcome.passed,
+        "check_hangs.py::test_hangs_in_python": Outcome.timeout,
+        "check_hangs.py::test_hangs_in_native_code": Outcome.timeout,
+        "check_hangs.py::test_after": Outcome.passed,
+    }
+    assert "never returned to Python; faulthandler ended worker" in \
+        results["check_hangs.py::test_hangs_in_native_code"].message
+
+
+@pytest.mark.slow
+def test_the_suite_time_limit_names_the_test_it_stopped(torch_layer, tmp_path):
+    # One test may take 10 minutes, the whole suite 8 seconds: the suite's limit ends it.
+    m, runner = _runner(torch_layer.python, tmp_path, 8,
+                        timeouts=manifest.Timeouts(test=600))
+    run = runner.run(suite_runner.vendor_suite(m.suites.vendor[1], m.directory, 1))
+    assert run.status is Status.timeout
+    results = {r.id: r for r in run.results}
+    assert results["check_hangs.py::test_before"].outcome is Outcome.passed
+    stopped = results["check_hangs.py::test_hangs_in_python"]
+    assert stopped.outcome is Outcome.timeout and "suite's time limit ran out" in stopped.message
+    for never_ran in ("check_hangs.py::test_hangs_in_native_code", "check_hangs.py::test_after"):
+        assert results[never_ran].outcome is Outcome.error
+        assert results[never_ran].message == "not run: the suite process stopped before reaching it"
+
+
+def test_vendor_suites_keep_the_integration_stage_on():
+    from runner import pipeline
+    from runner.stages import RunOptions
+
+    m = manifest.load(SYNTHETIC)
+    assert not m.suites.integration and m.suites.vendor
+    assert pipeline.skip_reason(m, RunOptions(), "integration") is None
+    assert pipeline.skip_reason(m, RunOptions(), "smoke") == "switched off in the manifest ([suites])"
+    assert pipeline.skip_reason(m, RunOptions(suites=("smoke",)), "integration") == "not selected (--suites)"

@@ -279,8 +279,13 @@ class _State:
         crash = XDIST_CRASH.search(str(report.longrepr or "")) if report.when not in ("setup", "call", "teardown") else None
         if crash:
             reports = self.pending.pop(report.nodeid, [])
-            outcome = "timeout" if self._worker_timed_out(crash.group("worker"), report.nodeid) else "crashed"
-            self.junit.write_case(report.nodeid, reports + [report], forced_outcome=outcome)
+            worker = crash.group("worker")
+            if self._worker_timed_out(worker, report.nodeid):
+                message = (f"test exceeded its {self.timeout:g} s time limit in code that never returned to "
+                           f"Python; faulthandler ended worker {worker!r}")
+                self.junit.write_case(report.nodeid, reports + [report], forced=("timeout", message))
+            else:
+                self.junit.write_case(report.nodeid, reports + [report], forced=("crashed", None))
             return
         self.pending.setdefault(report.nodeid, []).append(report)
         if report.when == "teardown":
@@ -406,10 +411,11 @@ class _StreamingJUnit:
         os.replace(tmp, f"{self.path}.collected")
         self.collected_written = True
 
-    def write_case(self, nodeid: str, reports: list, forced_outcome: str | None = None) -> None:
+    def write_case(self, nodeid: str, reports: list, forced: tuple[str, str | None] | None = None) -> None:
+        """forced: (outcome, message) decided by the caller, e.g. for a crashed xdist worker."""
         outcome, deciding = _outcome(reports)
-        if forced_outcome:
-            outcome, deciding = forced_outcome, reports[-1]
+        if forced:
+            outcome, deciding = forced[0], reports[-1]
         classname, name = _classname_and_name(nodeid)
         duration = sum(float(getattr(r, "duration", 0) or 0) for r in reports)
         first = reports[0]
@@ -426,7 +432,7 @@ class _StreamingJUnit:
             f"<property name={_attr(k)} value={_attr(v)}/>" for k, v in props) + "</properties>")
         detail = ""
         if deciding is not None and outcome != "passed":
-            message = _short_message(deciding)[:MESSAGE_CHARS]
+            message = ((forced and forced[1]) or _short_message(deciding))[:MESSAGE_CHARS]
             detail = "" if outcome in ("skipped", "xfailed") else _tail(str(deciding.longreprtext or ""))
             tag = {"failed": "failure", "timeout": "failure", "xpassed": None,
                    "skipped": "skipped", "xfailed": "skipped"}.get(outcome, "error")
