@@ -13,6 +13,7 @@ from .errors import OotciError
 # `register(subparsers)`, which adds its parser and sets `func`.
 COMMANDS = [
     "registry",
+    "dashboard",
 ]
 
 

@@ -1,0 +1,430 @@
+"""`ootci dashboard build`: RunRecords in, a static site out, never half-written.
+
+A build (1) finds every record.json under the data dir and parses only the new or
+changed ones into the SQLite index, (2) decides which pages changed, (3) writes them
+into a staging directory next to the site that starts as a hard-linked copy of the
+current site, and (4) swaps the staging directory in. The index transaction commits
+only after the swap, so a failed build leaves both the old site and the old index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock
+
+from . import analysis, render
+from .records import BadRecord, FoundFile, discover, load, reset_worker, summarize, summarize_file
+from .store import Index, Run, safe_name
+
+STAMP = ".ootci-build.json"
+DEFAULT_RUN_PAGES = 30
+PARALLEL_FROM = 64  # records; fewer are parsed in-process
+
+
+@dataclass
+class BuildReport:
+    records: int = 0
+    parsed: int = 0
+    removed: int = 0
+    skipped: list[str] = field(default_factory=list)
+    full: bool = False
+    run_pages_written: int = 0
+    run_pages_deleted: int = 0
+    backend_pages: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        kind = "full" if self.full else "incremental"
+        return (f"dashboard: {kind} build, {self.records} records ({self.parsed} parsed, {self.removed} removed, "
+                f"{len(self.skipped)} skipped), {self.backend_pages} backend pages, "
+                f"{self.run_pages_written} run pages written, {self.run_pages_deleted} removed")
+
+
+def default_state(site: Path) -> Path:
+    return site.with_name(site.name + ".state")
+
+
+def build(data_dir: Path, site: Path, *, state: Path | None = None, run_pages: int | None = DEFAULT_RUN_PAGES,
+          jobs: int | None = None, rebuild: bool = False, warn=None) -> BuildReport:
+    """Build or update the site. run_pages: run pages kept per backend (None: every run)."""
+    warn = warn or (lambda line: print(f"ootci: warning: {line}", file=sys.stderr))
+    data_dir, site = data_dir.resolve(), site.resolve()
+    state = (state or default_state(site)).resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(state / "build.lock")):
+        index = Index(state / "index.sqlite")
+        try:
+            return _Build(data_dir, site, index, run_pages, jobs, rebuild, warn).run()
+        finally:
+            index.close()
+
+
+class _Build:
+    def __init__(self, data_dir: Path, site: Path, index: Index, run_pages: int | None, jobs: int | None,
+                 rebuild: bool, warn):
+        self.data_dir, self.site, self.index = data_dir, site, index
+        self.run_pages, self.jobs, self.rebuild, self.warn = run_pages, jobs, rebuild, warn
+        self.report = BuildReport()
+        self.dirty_backends: set[str] = set()
+        self.dirty_prs: set[int] = set()
+        self.removed_runs: list[Run] = []
+        self.staging = site.parent / f".{site.name}.building-{os.getpid()}"
+
+    def _tick(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self.report.seconds[name] = round(now - since, 3)
+        return now
+
+    def run(self) -> BuildReport:
+        t = time.perf_counter()
+        self.index.begin()
+        try:
+            build_id = uuid.uuid4().hex
+            self.report.full = self._needs_full()
+            if self.report.full:
+                self.index.forget_pages()
+            t = self._tick("check", t)
+            self._ingest()
+            t = self._tick("ingest", t)
+            self._prepare_staging()
+            t = self._tick("staging", t)
+            self._render(build_id)
+            t = self._tick("render", t)
+            self._swap()
+            self.index.set_meta("build_id", build_id)
+            self.index.set_meta("renderer", render.RENDERER_VERSION)
+            self.index.commit()
+            self._tick("swap", t)
+        except BaseException:
+            self.index.rollback()
+            shutil.rmtree(self.staging, ignore_errors=True)
+            raise
+        return self.report
+
+    # --- 1. what changed -------------------------------------------------------------
+    def _needs_full(self) -> bool:
+        if self.rebuild or not self.site.is_dir():
+            return True
+        try:
+            stamp = json.loads((self.site / STAMP).read_text())
+        except (OSError, ValueError):
+            return True
+        return (stamp.get("build_id") != self.index.meta("build_id")
+                or stamp.get("renderer") != render.RENDERER_VERSION
+                or self.index.meta("renderer") != render.RENDERER_VERSION)
+
+    def _ingest(self) -> None:
+        found = discover(self.data_dir) if self.data_dir.is_dir() else []
+        if not self.data_dir.is_dir():
+            self.warn(f"{self.data_dir}: no such directory; building an empty dashboard")
+        self.report.records = len(found)
+        known = self.index.known_files()
+        present = {f.rel for f in found}
+        changed = [f for f in found if known.get(f.rel, (None, None, None))[1:] != (f.mtime_ns, f.size)]
+        for rel in sorted(set(known) - present):
+            self._forget(rel)
+        for result, f in zip(self._summaries(changed), changed):
+            if isinstance(result, str):
+                self.report.skipped.append(result)
+                self.warn(f"skipped {result}")
+                if f.rel in known:  # was good, is bad now: it no longer counts
+                    self._forget(f.rel)
+                continue
+            self.report.parsed += 1
+            old_backend, old_pr = self.index.upsert(result)
+            self.dirty_backends.update(b for b in (result.backend, old_backend) if b)
+            self.dirty_prs.update(p for p in (result.pr, old_pr) if p is not None)
+
+    def _forget(self, rel: str) -> None:
+        run = self.index.delete(rel)
+        if run is not None:
+            self.report.removed += 1
+            self.removed_runs.append(run)
+            self.dirty_backends.add(run.backend)
+            if run.pr is not None:
+                self.dirty_prs.add(run.pr)
+
+    def _summaries(self, changed: list[FoundFile]):
+        jobs = self.jobs or os.cpu_count() or 1
+        if len(changed) < PARALLEL_FROM or jobs < 2:
+            seen: set[str] = set()
+            for f in changed:
+                try:
+                    yield summarize(load(self.data_dir / f.rel), f, seen)
+                except BadRecord as exc:
+                    yield str(exc)
+            return
+        with ProcessPoolExecutor(jobs, initializer=reset_worker) as pool:
+            yield from pool.map(summarize_file, [str(self.data_dir)] * len(changed), changed, chunksize=32)
+
+    # --- 2. staging -----------------------------------------------------------------
+    def _prepare_staging(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+        if self.report.full or not self.site.is_dir():
+            self.staging.mkdir(parents=True)
+            return
+        link_tree(self.site, self.staging)
+
+    def put(self, rel: str, text: str) -> None:
+        """Write a site file in staging without touching the live file it may be linked to."""
+        path = self.staging / rel
+        if path.exists():
+            path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+    def _swap(self) -> None:
+        old = self.site.parent / f".{self.site.name}.old-{os.getpid()}"
+        if self.site.exists():
+            os.rename(self.site, old)
+        os.rename(self.staging, self.site)
+        shutil.rmtree(old, ignore_errors=True)
+
+    # --- 3. pages -------------------------------------------------------------------
+    def _render(self, build_id: str) -> None:
+        full = self.report.full
+        backends = self.index.backends()
+        histories = {b: self.index.runs(b) for b in backends}
+        wanted = {b: self._wanted_pages(runs) for b, runs in histories.items()}
+        have = self.index.page_runs()
+        want_ids = {r.id for ids in wanted.values() for r in ids}
+
+        # Run pages that leave the site: removed records and runs past the retention.
+        for run in self.removed_runs:
+            if run.page and run.id not in want_ids:
+                self._drop_run_dir(run.backend, run.slug)
+        stale = [i for i in have if i not in want_ids]
+        for i in stale:
+            backend, slug = have[i]
+            self._drop_run_dir(backend, slug)
+            self.dirty_backends.add(backend)
+        self.index.set_page(stale, False)
+
+        to_write = [r for runs in wanted.values() for r in runs if r.id not in have]
+        self.dirty_backends.update(r.backend for r in to_write)
+        self._write_run_pages(to_write)
+        self.index.set_page([r.id for r in to_write], True)
+        paged = want_ids
+
+        for gone in {r.backend for r in self.removed_runs} - set(backends):
+            for rel in (render.backend_href(gone), f"badges/{safe_name(gone)}.svg",
+                        f"api/backends/{safe_name(gone)}.json"):
+                if (self.staging / rel).exists():
+                    (self.staging / rel).unlink()
+            shutil.rmtree(self.staging / "runs" / safe_name(gone), ignore_errors=True)
+
+        summaries = {}
+        for b in backends:
+            summaries[b] = self._backend_summary(b, histories[b], paged)
+            if full or b in self.dirty_backends:
+                self._write_backend(summaries[b], histories[b], paged)
+                self.report.backend_pages += 1
+
+        prs = self.index.prs()
+        for pr in (p for p, _, _ in prs) if full else sorted(self.dirty_prs):
+            runs = self.index.pr_runs(pr)
+            if runs:
+                self.put(f"prs/{pr}.html", render.page("pr.html.j2", root="../", pr=pr, runs=runs, paged=paged,
+                                                               generated=render.now_iso()))
+            elif (self.staging / f"prs/{pr}.html").exists():
+                (self.staging / f"prs/{pr}.html").unlink()
+
+        generated = render.now_iso()
+        latest = [s for s in summaries.values()]
+        self.put("index.html", render.page("index.html.j2", root="", summaries=latest, prs=prs[:30],
+                                           generated=generated, skipped=self.report.skipped))
+        self.put("coverage.html", render.page("coverage.html.j2", root="", **self._coverage(summaries),
+                                              generated=generated))
+        self.put("api/latest.json", render.dumps({
+            "generated_at": generated, "schema_version": 1,
+            "backends": [s["api"] for s in latest],
+        }))
+        for asset in ("style.css", "filter.js"):
+            self.put(f"assets/{asset}", (Path(__file__).parent / "static" / asset).read_text())
+        self.put(".nojekyll", "")
+        self.put(STAMP, render.dumps({"build_id": build_id, "renderer": render.RENDERER_VERSION,
+                                      "generated_at": generated}))
+
+    def _wanted_pages(self, runs: list[Run]) -> list[Run]:
+        """Runs that get a page: the latest N main-line and N PR runs, and the culprit pair."""
+        if self.run_pages is None:
+            return runs
+        main = analysis.mainline(runs)
+        prs = [r for r in runs if r.trigger == "pr"]
+        keep = {r.id: r for r in main[-self.run_pages:] + prs[-self.run_pages:]} if self.run_pages else {}
+        suspect = analysis.culprit(main)
+        if suspect is not None:
+            keep[suspect.red.id] = suspect.red
+            if suspect.green is not None:
+                keep[suspect.green.id] = suspect.green
+        return list(keep.values())
+
+    def _drop_run_dir(self, backend: str, slug: str) -> None:
+        path = self.staging / "runs" / safe_name(backend) / slug
+        if path.is_dir():
+            shutil.rmtree(path)
+            self.report.run_pages_deleted += 1
+
+    def _write_run_pages(self, runs: list[Run]) -> None:
+        jobs = self.jobs or os.cpu_count() or 1
+        work = [(str(self.data_dir), r.rel, str(self.staging), render.run_dir(r),
+                 render.backend_href(r.backend)) for r in runs]
+        if len(work) >= 8 and jobs > 1:
+            with ProcessPoolExecutor(min(jobs, len(work))) as pool:
+                results = list(pool.map(write_run_page, *zip(*work), chunksize=4))
+        else:
+            results = [write_run_page(*w) for w in work]
+        for problem in results:
+            if problem:
+                self.warn(problem)
+        self.report.run_pages_written += len(runs)
+
+    def _backend_summary(self, name: str, runs: list[Run], paged: set[int]) -> dict:
+        main = analysis.mainline(runs) or runs
+        latest = main[-1]
+        green = analysis.last_green(main)
+        base = f"backends/{safe_name(name)}"
+        api = {
+            "name": name, "device": latest.device, "status": latest.status,
+            "run_id": latest.run_id, "started_at": latest.started_at, "trigger": latest.trigger,
+            "torch": {"spec": latest.torch_spec, "version": latest.torch_version, "git_version": latest.torch_git},
+            "stages": {s["name"]: s["status"] for s in latest.stages},
+            "tests": latest.counts, "pass_rate": latest.pass_rate,
+            "last_green": _run_ref(green),
+            "page": f"{base}.html", "badge": f"badges/{safe_name(name)}.svg", "api": f"api/{base}.json",
+            "run_page": render.run_href(latest) if latest.id in paged else None,
+        }
+        return {"name": name, "latest": latest, "green": green, "spark": main[-analysis.FLAKY_WINDOW:],
+                "api": api, "paged": latest.id in paged, "runs": len(main)}
+
+    def _write_backend(self, summary: dict, runs: list[Run], paged: set[int]) -> None:
+        name = summary["name"]
+        main = analysis.mainline(runs) or runs
+        pr_runs = [r for r in runs if r.trigger == "pr"]
+        suspect = analysis.culprit(main)
+        changes = analysis.changes(self.index, main)
+        flaky = analysis.flaky(self.index, main)
+        xfail = analysis.expected_failures(self.index, main[-1])
+        hrefs = {r.id: "../" + render.run_href(r) for r in main if r.id in paged}
+        self.put(render.backend_href(name), render.page(
+            "backend.html.j2", root="../", s=summary, runs=list(reversed(main)), pr_runs=list(reversed(pr_runs)),
+            culprit=suspect, changes=changes, flaky=flaky, xfail=xfail, paged=paged,
+            hidden=sum(1 for r in main if r.id not in paged),
+            trend=render.trend(main, hrefs), reproduce=reproduce_command(main[-1]),
+            generated=render.now_iso()))
+        self.put(f"badges/{safe_name(name)}.svg", render.badge(name, summary["latest"].status))
+        api = dict(summary["api"])
+        api.update({
+            "culprit": None if suspect is None else {
+                "last_green": _run_ref(suspect.green), "first_red": _run_ref(suspect.red),
+                "red_runs": suspect.red_runs, "compare_url": suspect.compare_url},
+            "new_failures": [{"test": t, "outcome": o} for t, o in changes.new_failures],
+            "newly_fixed": [{"test": t, "was": o} for t, o in changes.fixed],
+            "flaky": [vars(f) for f in flaky],
+            "expected_failures": [{"test": t, "outcome": o} for t, o in xfail],
+            "reproduce": reproduce_command(main[-1]),
+            "runs": [_run_entry(r, paged) for r in reversed(runs)],
+        })
+        self.put(f"api/backends/{safe_name(name)}.json", render.dumps(api))
+
+    def _coverage(self, summaries: dict[str, dict]) -> dict:
+        """Ops x backends from each backend's newest run with OpInfo results."""
+        table: dict[str, dict[str, dict]] = {}
+        sources = {}
+        for name in sorted(summaries):
+            run = self.index.latest_with_ops(name)
+            if run is None:
+                continue
+            sources[name] = {"run": run, "latest": run.id == summaries[name]["latest"].id}
+            for op, groups in self.index.ops(run.id).items():
+                table.setdefault(op, {})[name] = {
+                    "ok": sorted(groups.get("ok", [])), "bad": sorted(groups.get("bad", [])),
+                    "skip": sorted(groups.get("skip", []))}
+        return {"ops": sorted(table), "table": table, "backends": list(sources), "sources": sources}
+
+
+def _run_ref(run: Run | None) -> dict | None:
+    if run is None:
+        return None
+    return {"run_id": run.run_id, "started_at": run.started_at, "status": run.status,
+            "torch_version": run.torch_version, "torch_git": run.torch_git}
+
+
+def _run_entry(run: Run, paged: set[int]) -> dict:
+    return {
+        "run_id": run.run_id, "started_at": run.started_at, "finished_at": run.finished_at,
+        "status": run.status, "trigger": run.trigger, "pr": run.pr,
+        "torch": {"spec": run.torch_spec, "version": run.torch_version, "git_version": run.torch_git},
+        "stages": {s["name"]: s["status"] for s in run.stages}, "tests": run.counts,
+        "pass_rate": run.pass_rate, "duration_s": run.duration_s,
+        "page": render.run_href(run) if run.id in paged else None,
+    }
+
+
+def reproduce_command(run: Run) -> str:
+    if run.command:
+        return run.command
+    spec = run.torch_spec or "nightly"
+    return f"ootci run {run.backend} --torch {spec}"
+
+
+def write_run_page(data_dir: str, rel: str, staging: str, run_dir: str, backend_href: str) -> str | None:
+    """Render one run page and copy its logs; returns a warning line or None. Runs in workers."""
+    record_path = Path(data_dir) / rel
+    try:
+        record = load(record_path)
+    except BadRecord as exc:
+        return f"run page not written: {exc}"
+    out = Path(staging) / run_dir
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "logs").mkdir(parents=True)
+    logs, problems = {}, []
+    record_dir = record_path.parent.resolve()
+    for stage in record.stages:
+        if not stage.log:
+            continue
+        source = (record_dir / stage.log).resolve()
+        # A record is untrusted: its log path must stay inside the record's directory.
+        if not source.is_relative_to(record_dir) or not source.is_file():
+            problems.append(stage.name)
+            continue
+        name = render.log_name(stage.name)
+        shutil.copyfile(source, out / "logs" / name)
+        logs[stage.name] = f"logs/{name}"
+    counts: dict[str, int] = {}
+    for t in record.tests:
+        counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
+    order = {o: i for i, o in enumerate(render.OUTCOME_ORDER)}
+    tests = sorted(record.tests, key=lambda t: (order.get(t.outcome.value, 99), t.id))
+    text = render.page("run.html.j2", root="../../../", r=record, logs=logs, missing_logs=problems,
+                       counts=sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)),
+                       rows=render.test_rows(tests), backend_href="../../../" + backend_href,
+                       reproduce=record.command or f"ootci run {record.backend} --torch {record.torch.spec}",
+                       generated=render.now_iso())
+    (out / "index.html").write_text(text, encoding="utf-8")
+    return None
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """Copy a directory tree as hard links (a copy where links are not possible)."""
+    for dirpath, dirnames, filenames in os.walk(source):
+        rel = os.path.relpath(dirpath, source)
+        dest = target / rel if rel != "." else target
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            src = os.path.join(dirpath, name)
+            try:
+                os.link(src, dest / name)
+            except OSError:
+                shutil.copy2(src, dest / name)
