@@ -88,7 +88,10 @@ class Flaky:
 
 
 def flaky(index: Index, runs: list[Run], window: int = FLAKY_WINDOW) -> list[Flaky]:
-    """Tests that passed on retry, or flipped between pass and fail at least twice, lately."""
+    """Tests that passed on retry, or failed in two or more separate stretches, lately.
+
+    One failing stretch is a regression (and maybe its fix), not a flake.
+    """
     recent = [r for r in runs[-window:] if r.total]
     notable = [index.notable(r.id) for r in recent]
     candidates = {t for n in notable for t, o in n.items() if o in FAILING or o == "flaky"}
@@ -106,7 +109,8 @@ def flaky(index: Index, runs: list[Run], window: int = FLAKY_WINDOW) -> list[Fla
             failed_runs += outcome in FAILING
             states.append(outcome in FAILING)
         flips = sum(1 for a, b in zip(states, states[1:]) if a != b)
-        if flaky_runs or flips >= 2:
+        stretches = sum(1 for i, bad in enumerate(states) if bad and (i == 0 or not states[i - 1]))
+        if flaky_runs or stretches >= 2:
             found.append(Flaky(test, flaky_runs, failed_runs, len(states), flips,
                                "failing" if states and states[-1] else "passing"))
     found.sort(key=lambda f: (-(f.flaky_runs + f.flips), f.test))
