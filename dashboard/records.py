@@ -22,6 +22,7 @@ RECORD_NAME = "record.json"
 FAILING = frozenset(o.value for o in Outcome if not o.ok)
 # Outcomes a person wants to see by name in history: everything but a plain pass or skip.
 NOTABLE = frozenset(o.value for o in Outcome) - {"passed", "skipped"}
+_VALUE = {o: o.value for o in Outcome}
 
 
 class BadRecord(Exception):
@@ -38,19 +39,28 @@ class FoundFile:
 def discover(data_dir: Path) -> list[FoundFile]:
     """Every record.json under data_dir; a run directory's subfolders are not entered."""
     found: list[FoundFile] = []
-    stack = [data_dir]
+    stack = [str(data_dir)]
+    root_len = len(str(data_dir)) + 1
     while stack:
         current = stack.pop()
         try:
             entries = list(os.scandir(current))
         except OSError:
             continue
-        record = next((e for e in entries if e.name == RECORD_NAME and e.is_file()), None)
-        if record is not None:
-            st = record.stat()
-            found.append(FoundFile(Path(record.path).relative_to(data_dir).as_posix(), st.st_mtime_ns, st.st_size))
-            continue
-        stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                continue
+            # Most directories are run directories: one stat answers for them, no listing.
+            candidate = os.path.join(entry.path, RECORD_NAME)
+            try:
+                st = os.stat(candidate)
+            except OSError:
+                stack.append(entry.path)
+                continue
+            found.append(FoundFile(candidate[root_len:].replace(os.sep, "/"), st.st_mtime_ns, st.st_size))
+    if (data_dir / RECORD_NAME).is_file():  # the data dir is itself one run directory
+        st = (data_dir / RECORD_NAME).stat()
+        found.append(FoundFile(RECORD_NAME, st.st_mtime_ns, st.st_size))
     found.sort(key=lambda f: f.rel)
     return found
 
@@ -119,14 +129,19 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
     counts: dict[str, int] = {}
     notable: dict[str, str] = {}
     ops: dict[str, dict[str, list[str]]] = {}
+    value = _VALUE
     for t in record.tests:
-        o = t.outcome.value
+        o = value[t.outcome]
         counts[o] = counts.get(o, 0) + 1
-        if o in NOTABLE:
-            notable[t.id] = o
-        if t.op and t.suite == "integration":
-            group = "skip" if o == "skipped" else ("bad" if o in FAILING else "ok")
-            ops.setdefault(t.op, {}).setdefault(group, []).append(t.dtype or "")
+        if o != "passed":
+            if o in NOTABLE:
+                notable[t.id] = o
+        if t.op is not None and t.suite == "integration":
+            group = "ok" if o == "passed" else ("skip" if o == "skipped" else ("bad" if o in FAILING else "ok"))
+            by_op = ops.get(t.op)
+            if by_op is None:
+                by_op = ops[t.op] = {}
+            by_op.setdefault(group, []).append(t.dtype or "")
     ids = sorted({t.id for t in record.tests})
     testset = hashlib.blake2b("\n".join(ids).encode(), digest_size=12).hexdigest()
     first_time = seen_testsets is None or testset not in seen_testsets

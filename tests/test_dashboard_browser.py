@@ -167,7 +167,7 @@ def test_outcome_filter(page, base):
 
     page.locator("#filters button[data-filter='all']").click()
     page.fill("#search", "matmul")
-    matmul = sum(1 for t in page.locator("#tests tbody tr td.tid").all_inner_texts() if "matmul" in t.lower())
+    matmul = sum(1 for t in page.locator("#tests tbody tr td:nth-child(2)").all_inner_texts() if "matmul" in t.lower())
     assert 0 < page.locator("#tests tbody tr:visible").count() == matmul < total
 
 
@@ -202,7 +202,7 @@ def test_hostile_text_stays_inert_and_readable(page, base):
     assert page.dialogs == [] and page.errors == []
 
     # A very long unbroken test id wraps instead of widening the page past the viewport.
-    long_cell = page.locator("#tests td.tid", has_text="test_long.py::test_xxx")
+    long_cell = page.locator("#tests td:nth-child(2)", has_text="test_long.py::test_xxx")
     assert long_cell.bounding_box()["width"] < 1280
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280 + 1
     assert "more characters" in page.locator("#tests tbody tr[data-outcome='error'] pre.msg").inner_text()
