@@ -102,6 +102,7 @@ class _Build:
             self._swap()
             self.index.set_meta("build_id", build_id)
             self.index.set_meta("renderer", render.RENDERER_VERSION)
+            self.index.set_meta("run_pages", str(self.run_pages))
             self.index.commit()
             self._tick("swap", t)
         except BaseException:
@@ -119,6 +120,7 @@ class _Build:
         except (OSError, ValueError):
             return True
         return (stamp.get("build_id") != self.index.meta("build_id")
+                or self.index.meta("run_pages") != str(self.run_pages)
                 or stamp.get("renderer") != render.RENDERER_VERSION
                 or self.index.meta("renderer") != render.RENDERER_VERSION)
 
@@ -194,10 +196,16 @@ class _Build:
     def _render(self, build_id: str) -> None:
         full = self.report.full
         backends = self.index.backends()
-        histories = {b: self.index.runs(b) for b in backends}
-        wanted = {b: self._wanted_pages(runs) for b, runs in histories.items()}
+        cache = {} if full else self.index.backend_cache()
+        # Backends whose runs changed are worked out from their whole history; the others
+        # reuse what the last build derived (their index row, API entry, kept run pages).
+        fresh = {b: self.index.runs(b) for b in backends if full or b in self.dirty_backends or b not in cache}
+        wanted = {b: self._wanted_pages(runs) for b, runs in fresh.items()}
+        want_ids = {r.id for runs in wanted.values() for r in runs}
+        for b in backends:
+            if b not in fresh:
+                want_ids.update(cache[b]["wanted"])
         have = self.index.page_runs()
-        want_ids = {r.id for ids in wanted.values() for r in ids}
 
         # Run pages that leave the site: removed records and runs past the retention.
         for run in self.removed_runs:
@@ -205,49 +213,47 @@ class _Build:
                 self._drop_run_dir(run.backend, run.slug)
         stale = [i for i in have if i not in want_ids]
         for i in stale:
-            backend, slug = have[i]
-            self._drop_run_dir(backend, slug)
-            self.dirty_backends.add(backend)
+            self._drop_run_dir(*have[i])
         self.index.set_page(stale, False)
 
         to_write = [r for runs in wanted.values() for r in runs if r.id not in have]
-        self.dirty_backends.update(r.backend for r in to_write)
         self._write_run_pages(to_write)
         self.index.set_page([r.id for r in to_write], True)
         paged = want_ids
 
-        for gone in {r.backend for r in self.removed_runs} - set(backends):
+        for gone in set(cache) - set(backends) | ({r.backend for r in self.removed_runs} - set(backends)):
             for rel in (render.backend_href(gone), f"badges/{safe_name(gone)}.svg",
                         f"api/backends/{safe_name(gone)}.json"):
                 if (self.staging / rel).exists():
                     (self.staging / rel).unlink()
             shutil.rmtree(self.staging / "runs" / safe_name(gone), ignore_errors=True)
+            self.index.drop_backend_cache(gone)
 
-        summaries = {}
-        for b in backends:
-            summaries[b] = self._backend_summary(b, histories[b], paged)
-            if full or b in self.dirty_backends:
-                self._write_backend(summaries[b], histories[b], paged)
-                self.report.backend_pages += 1
+        generated = render.now_iso()
+        for b, runs in fresh.items():
+            summary = self._backend_summary(b, runs, paged)
+            self._write_backend(summary, runs, paged)
+            self.report.backend_pages += 1
+            cache[b] = {"row": str(render.page("_index_row.html.j2", s=summary)), "api": summary["api"],
+                        "wanted": [r.id for r in wanted[b]], "latest_id": summary["latest"].id}
+            self.index.set_backend_cache(b, cache[b])
 
         prs = self.index.prs()
         for pr in (p for p, _, _ in prs) if full else sorted(self.dirty_prs):
             runs = self.index.pr_runs(pr)
             if runs:
                 self.put(f"prs/{pr}.html", render.page("pr.html.j2", root="../", pr=pr, runs=runs, paged=paged,
-                                                               generated=render.now_iso()))
+                                                       generated=generated))
             elif (self.staging / f"prs/{pr}.html").exists():
                 (self.staging / f"prs/{pr}.html").unlink()
 
-        generated = render.now_iso()
-        latest = [s for s in summaries.values()]
-        self.put("index.html", render.page("index.html.j2", root="", summaries=latest, prs=prs[:30],
-                                           generated=generated, skipped=self.report.skipped))
-        self.put("coverage.html", render.page("coverage.html.j2", root="", **self._coverage(summaries),
+        entries = [cache[b] for b in backends]
+        self.put("index.html", render.page("index.html.j2", root="", rows=[render.Markup(e["row"]) for e in entries],
+                                           prs=prs[:30], generated=generated, skipped=self.report.skipped))
+        self.put("coverage.html", render.page("coverage.html.j2", root="", **self._coverage(cache, backends),
                                               generated=generated))
         self.put("api/latest.json", render.dumps({
-            "generated_at": generated, "schema_version": 1,
-            "backends": [s["api"] for s in latest],
+            "generated_at": generated, "schema_version": 1, "backends": [e["api"] for e in entries],
         }))
         for asset in ("style.css", "filter.js"):
             self.put(f"assets/{asset}", (Path(__file__).parent / "static" / asset).read_text())
@@ -337,15 +343,15 @@ class _Build:
         })
         self.put(f"api/backends/{safe_name(name)}.json", render.dumps(api))
 
-    def _coverage(self, summaries: dict[str, dict]) -> dict:
+    def _coverage(self, cache: dict[str, dict], backends: list[str]) -> dict:
         """Ops x backends from each backend's newest run with OpInfo results."""
         table: dict[str, dict[str, dict]] = {}
         sources = {}
-        for name in sorted(summaries):
+        for name in backends:
             run = self.index.latest_with_ops(name)
             if run is None:
                 continue
-            sources[name] = {"run": run, "latest": run.id == summaries[name]["latest"].id}
+            sources[name] = {"run": run, "latest": run.id == cache[name]["latest_id"]}
             for op, groups in self.index.ops(run.id).items():
                 table.setdefault(op, {})[name] = {
                     "ok": sorted(groups.get("ok", [])), "bad": sorted(groups.get("bad", [])),

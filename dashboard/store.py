@@ -51,6 +51,7 @@ CREATE INDEX IF NOT EXISTS runs_by_backend ON runs(backend, started_at);
 CREATE INDEX IF NOT EXISTS runs_by_pr ON runs(pr) WHERE pr IS NOT NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS runs_slug ON runs(backend, slug);
 CREATE TABLE IF NOT EXISTS testsets(hash TEXT PRIMARY KEY, ids BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS backend_cache(backend TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
 
 # Columns every page needs; the big blobs (notable, ops) are fetched only on demand.
@@ -184,6 +185,17 @@ class Index:
 
     def forget_pages(self) -> None:
         self.db.execute("UPDATE runs SET page=0")
+
+    # --- what the last build derived per backend, reused while its runs do not change ---
+    def backend_cache(self) -> dict[str, dict]:
+        return {r[0]: json.loads(r[1]) for r in self.db.execute("SELECT backend, data FROM backend_cache")}
+
+    def set_backend_cache(self, backend: str, data: dict) -> None:
+        self.db.execute("INSERT OR REPLACE INTO backend_cache(backend, data) VALUES(?, ?)",
+                        (backend, json.dumps(data, separators=(",", ":"))))
+
+    def drop_backend_cache(self, backend: str) -> None:
+        self.db.execute("DELETE FROM backend_cache WHERE backend=?", (backend,))
 
     # --- queries ---
     def backends(self) -> list[str]:
