@@ -59,7 +59,8 @@ def main() -> int:
             progress=lambda b: b % step == 0 and print(f"  {b}/{args.backends} backends", flush=True)))
         print(f"  {written / 1e9:.2f} GB of record JSON")
         stamp.touch()
-    quiet = {"warn": lambda line: None, "run_pages": args.run_pages, "jobs": args.jobs}
+    # As the CLI does: the replaced site is deleted by a detached process after the swap.
+    quiet = {"warn": lambda line: None, "run_pages": args.run_pages, "jobs": args.jobs, "background_cleanup": True}
 
     try:
         report, full = timed("full build (cold index)", lambda: site.build(data, out, **quiet))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 import uuid
@@ -54,8 +55,12 @@ def default_state(site: Path) -> Path:
 
 
 def build(data_dir: Path, site: Path, *, state: Path | None = None, run_pages: int | None = DEFAULT_RUN_PAGES,
-          jobs: int | None = None, rebuild: bool = False, warn=None) -> BuildReport:
-    """Build or update the site. run_pages: run pages kept per backend (None: every run)."""
+          jobs: int | None = None, rebuild: bool = False, warn=None,
+          background_cleanup: bool = False) -> BuildReport:
+    """Build or update the site. run_pages: run pages kept per backend (None: every run).
+
+    background_cleanup: delete the replaced site in a detached process instead of waiting.
+    """
     warn = warn or (lambda line: print(f"ootci: warning: {line}", file=sys.stderr))
     data_dir, site = data_dir.resolve(), site.resolve()
     state = (state or default_state(site)).resolve()
@@ -63,7 +68,9 @@ def build(data_dir: Path, site: Path, *, state: Path | None = None, run_pages: i
     with FileLock(str(state / "build.lock")):
         index = Index(state / "index.sqlite")
         try:
-            return _Build(data_dir, site, index, run_pages, jobs, rebuild, warn).run()
+            builder = _Build(data_dir, site, index, run_pages, jobs, rebuild, warn)
+            builder.background_cleanup = background_cleanup
+            return builder.run()
         finally:
             index.close()
 
@@ -170,7 +177,9 @@ class _Build:
 
     # --- 2. staging -----------------------------------------------------------------
     def _prepare_staging(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        # Left behind by a build that was killed: nothing else uses them while we hold the lock.
+        for stale in self.site.parent.glob(f".{self.site.name}.building-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         if self.report.full or not self.site.is_dir():
             self.staging.mkdir(parents=True)
             return
@@ -190,7 +199,16 @@ class _Build:
         if self.site.exists():
             os.rename(self.site, old)
         os.rename(self.staging, self.site)
-        shutil.rmtree(old, ignore_errors=True)
+        if not old.exists():
+            return
+        if self.background_cleanup:
+            # The new site is live; deleting the old copy is only I/O, so a detached process
+            # does it and the build returns now.
+            subprocess.Popen([sys.executable, "-c", "import shutil, sys; shutil.rmtree(sys.argv[1], True)", str(old)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
 
     # --- 3. pages -------------------------------------------------------------------
     def _render(self, build_id: str) -> None:
@@ -394,7 +412,7 @@ def write_run_page(data_dir: str, rel: str, staging: str, run_dir: str, backend_
     out = Path(staging) / run_dir
     if out.exists():
         shutil.rmtree(out)
-    (out / "logs").mkdir(parents=True)
+    out.mkdir(parents=True)
     logs, problems = {}, []
     record_dir = record_path.parent.resolve()
     for stage in record.stages:
@@ -406,8 +424,8 @@ def write_run_page(data_dir: str, rel: str, staging: str, run_dir: str, backend_
             problems.append(stage.name)
             continue
         name = render.log_name(stage.name)
-        shutil.copyfile(source, out / "logs" / name)
-        logs[stage.name] = f"logs/{name}"
+        shutil.copyfile(source, out / name)
+        logs[stage.name] = name
     counts: dict[str, int] = {}
     for t in record.tests:
         counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1

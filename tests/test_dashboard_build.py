@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def test_every_page_kind_is_written(history):
     run_pages = list((out / "runs").glob("*/*/index.html"))
     assert len(run_pages) == report.run_pages_written == 60
     some = out / "runs" / "gaudi"
-    assert any((d / "logs" / "integration.log.txt").is_file() for d in some.iterdir())
+    assert any((d / "integration.log.txt").is_file() for d in some.iterdir())
 
 
 def test_latest_api_matches_the_records(history):
@@ -254,9 +255,9 @@ def test_log_paths_cannot_leave_the_record_directory(tmp_path):
     path.write_text(record.model_dump_json())
     build(data, out)
     run_dir = out / "runs" / "openreg" / record.run_id
-    assert not (run_dir / "logs" / "torch.log.txt").exists()
+    assert not (run_dir / "torch.log.txt").exists()
     assert "log missing" in (run_dir / "index.html").read_text()
-    assert (run_dir / "logs" / "build.log.txt").is_file()
+    assert (run_dir / "build.log.txt").is_file()
     assert not any("not for the site" in p.read_text() for p in out.rglob("*") if p.is_file())
 
 
@@ -291,3 +292,16 @@ def test_dashboard_never_imports_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_background_cleanup_removes_the_replaced_site(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    write_nights(data, "openreg", range(0, 2))
+    build(data, out)
+    write_nights(data, "openreg", range(2, 3))
+    build(data, out, background_cleanup=True)
+    assert api(out, "openreg")["run_id"] == synthetic.build_record(SCENARIOS["openreg"], 2).run_id
+    deadline = time.monotonic() + 60
+    while any(p.name.startswith(".site.old-") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "site", "site.state"]

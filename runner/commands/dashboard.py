@@ -42,7 +42,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out}: must not be the --data directory")
     try:
         report = site.build(args.data, out, state=args.state, run_pages=run_pages, jobs=args.jobs,
-                            rebuild=args.rebuild)
+                            rebuild=args.rebuild, background_cleanup=True)
     except OSError as exc:
         raise OutputError(f"{exc.filename or out}: {exc.strerror or exc}") from None
     print(report.line())
