@@ -195,7 +195,7 @@ class _Build:
         path.write_text(text, encoding="utf-8")
 
     def _swap(self) -> None:
-        old = self.site.parent / f".{self.site.name}.old-{os.getpid()}"
+        old = self.site.parent / f".{self.site.name}.old-{uuid.uuid4().hex[:12]}"
         if self.site.exists():
             os.rename(self.site, old)
         os.rename(self.staging, self.site)
