@@ -19,7 +19,7 @@ from .records import FAILING
 from .store import Run, safe_name
 
 # Bump when templates or page layout change: the next build re-renders every page.
-RENDERER_VERSION = "3"
+RENDERER_VERSION = "4"
 STAGES = ("torch", "build", "install", "autoload", "smoke", "integration")
 GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "blocked": "–", "skipped": "○"}
 COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "crashed": "#82071e", "timeout": "#bc4c00",
@@ -115,20 +115,21 @@ def stage_cells(run: Run) -> list[tuple[str, dict | None]]:
 
 # --- links ------------------------------------------------------------------------
 
-def run_dir(run: Run) -> str:
+def run_base(run: Run) -> str:
+    """Site path of a run page without '.html'; its logs sit beside it (no directory per run)."""
     return f"runs/{safe_name(run.backend)}/{run.slug}"
 
 
 def run_href(run: Run) -> str:
-    return f"{run_dir(run)}/index.html"
+    return f"{run_base(run)}.html"
 
 
 def backend_href(name: str) -> str:
     return f"backends/{safe_name(name)}.html"
 
 
-def log_name(stage: str) -> str:
-    return f"{safe_name(stage)}.log.txt"
+def log_name(base: str, stage: str) -> str:
+    return f"{base}.{safe_name(stage)}.log.txt"
 
 
 # --- SVG ----------------------------------------------------------------------------

@@ -84,6 +84,7 @@ class _Build:
         self.dirty_backends: set[str] = set()
         self.dirty_prs: set[int] = set()
         self.removed_runs: list[Run] = []
+        self.replaced: list[Run] = []  # rows of records that changed: their old page goes
         self.staging = site.parent / f".{site.name}.building-{os.getpid()}"
 
     def _tick(self, name: str, since: float) -> float:
@@ -149,9 +150,15 @@ class _Build:
                     self._forget(f.rel)
                 continue
             self.report.parsed += 1
-            old_backend, old_pr = self.index.upsert(result)
-            self.dirty_backends.update(b for b in (result.backend, old_backend) if b)
-            self.dirty_prs.update(p for p in (result.pr, old_pr) if p is not None)
+            old = self.index.upsert(result)
+            self.dirty_backends.add(result.backend)
+            if result.pr is not None:
+                self.dirty_prs.add(result.pr)
+            if old is not None:
+                self.replaced.append(old)
+                self.dirty_backends.add(old.backend)
+                if old.pr is not None:
+                    self.dirty_prs.add(old.pr)
 
     def _forget(self, rel: str) -> None:
         run = self.index.delete(rel)
@@ -225,18 +232,17 @@ class _Build:
                 want_ids.update(cache[b]["wanted"])
         have = self.index.page_runs()
 
-        # Run pages that leave the site: removed records and runs past the retention.
-        for run in self.removed_runs:
-            if run.page and run.id not in want_ids:
-                self._drop_run_dir(run.backend, run.slug)
+        # Run pages that leave the site: removed or changed records, runs past the retention.
+        for run in self.removed_runs + self.replaced:
+            if run.page:
+                self._drop_page(run.files)
         stale = [i for i in have if i not in want_ids]
         for i in stale:
-            self._drop_run_dir(*have[i])
-        self.index.set_page(stale, False)
+            self._drop_page(have[i])
+        self.index.clear_pages(stale)
 
         to_write = [r for runs in wanted.values() for r in runs if r.id not in have]
-        self._write_run_pages(to_write)
-        self.index.set_page([r.id for r in to_write], True)
+        self.index.set_pages(self._write_run_pages(to_write))
         paged = want_ids
 
         for gone in set(cache) - set(backends) | ({r.backend for r in self.removed_runs} - set(backends)):
@@ -293,25 +299,30 @@ class _Build:
                 keep[suspect.green.id] = suspect.green
         return list(keep.values())
 
-    def _drop_run_dir(self, backend: str, slug: str) -> None:
-        path = self.staging / "runs" / safe_name(backend) / slug
-        if path.is_dir():
-            shutil.rmtree(path)
+    def _drop_page(self, files: list[str]) -> None:
+        for rel in files:
+            path = self.staging / rel
+            if path.is_file():
+                path.unlink()
+        if files:
             self.report.run_pages_deleted += 1
 
-    def _write_run_pages(self, runs: list[Run]) -> None:
+    def _write_run_pages(self, runs: list[Run]) -> dict[int, list[str]]:
         jobs = self.jobs or os.cpu_count() or 1
-        work = [(str(self.data_dir), r.rel, str(self.staging), render.run_dir(r),
+        work = [(str(self.data_dir), r.rel, str(self.staging), render.run_base(r),
                  render.backend_href(r.backend)) for r in runs]
         if len(work) >= 8 and jobs > 1:
             with ProcessPoolExecutor(min(jobs, len(work))) as pool:
                 results = list(pool.map(write_run_page, *zip(*work), chunksize=4))
         else:
             results = [write_run_page(*w) for w in work]
-        for problem in results:
+        written = {}
+        for run, (problem, files) in zip(runs, results):
             if problem:
                 self.warn(problem)
+            written[run.id] = files
         self.report.run_pages_written += len(runs)
+        return written
 
     def _backend_summary(self, name: str, runs: list[Run], paged: set[int]) -> dict:
         main = analysis.mainline(runs) or runs
@@ -402,18 +413,19 @@ def reproduce_command(run: Run) -> str:
     return f"ootci run {run.backend} --torch {spec}"
 
 
-def write_run_page(data_dir: str, rel: str, staging: str, run_dir: str, backend_href: str) -> str | None:
-    """Render one run page and copy its logs; returns a warning line or None. Runs in workers."""
+def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_href: str) -> tuple[str | None, list[str]]:
+    """Render one run page and copy its logs beside it. Runs in worker processes.
+
+    Returns a warning line (or None) and the site files written.
+    """
     record_path = Path(data_dir) / rel
     try:
         record = load(record_path)
     except BadRecord as exc:
-        return f"run page not written: {exc}"
-    out = Path(staging) / run_dir
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    logs, problems = {}, []
+        return f"run page not written: {exc}", []
+    root = Path(staging)
+    (root / base).parent.mkdir(parents=True, exist_ok=True)
+    files, logs, problems = [], {}, []
     record_dir = record_path.parent.resolve()
     for stage in record.stages:
         if not stage.log:
@@ -423,21 +435,33 @@ def write_run_page(data_dir: str, rel: str, staging: str, run_dir: str, backend_
         if not source.is_relative_to(record_dir) or not source.is_file():
             problems.append(stage.name)
             continue
-        name = render.log_name(stage.name)
-        shutil.copyfile(source, out / name)
-        logs[stage.name] = name
+        target = render.log_name(base, stage.name)
+        _replace(root / target)
+        shutil.copyfile(source, root / target)
+        files.append(target)
+        logs[stage.name] = target.rsplit("/", 1)[1]
     counts: dict[str, int] = {}
     for t in record.tests:
         counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
     order = {o: i for i, o in enumerate(render.OUTCOME_ORDER)}
     tests = sorted(record.tests, key=lambda t: (order.get(t.outcome.value, 99), t.id))
-    text = render.page("run.html.j2", root="../../../", r=record, logs=logs, missing_logs=problems,
+    text = render.page("run.html.j2", root="../../", r=record, logs=logs, missing_logs=problems,
                        counts=sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)),
-                       rows=render.test_rows(tests), backend_href="../../../" + backend_href,
+                       rows=render.test_rows(tests), backend_href="../../" + backend_href,
                        reproduce=record.command or f"ootci run {record.backend} --torch {record.torch.spec}",
                        generated=render.now_iso())
-    (out / "index.html").write_text(text, encoding="utf-8")
-    return None
+    page = f"{base}.html"
+    _replace(root / page)
+    (root / page).write_text(text, encoding="utf-8")
+    return None, [page] + files
+
+
+def _replace(path: Path) -> None:
+    """Unlink before writing: in staging the old file is a hard link into the live site."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
 
 
 def link_tree(source: Path, target: Path) -> None:

@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS runs(
   ops BLOB,
   problems TEXT,
   slug TEXT NOT NULL,
-  page INTEGER NOT NULL DEFAULT 0
+  page INTEGER NOT NULL DEFAULT 0,
+  page_files TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_backend ON runs(backend, started_at);
 CREATE INDEX IF NOT EXISTS runs_by_pr ON runs(pr) WHERE pr IS NOT NULL;
@@ -56,7 +57,9 @@ CREATE TABLE IF NOT EXISTS backend_cache(backend TEXT PRIMARY KEY, data TEXT NOT
 
 # Columns every page needs; the big blobs (notable, ops) are fetched only on demand.
 LIGHT = ("id, rel, run_id, backend, device, trigger, pr, started_at, finished_at, status, torch_spec, "
-         "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, problems")
+         "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, page_files, problems")
+# The index is a cache of what the records say: a different layout is simply rebuilt.
+INDEX_VERSION = "2"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -92,6 +95,10 @@ class Run:
         return json.loads(self.row["problems"] or "[]")
 
     @property
+    def files(self) -> list[str]:
+        return json.loads(self.row["page_files"] or "[]")
+
+    @property
     def ok(self) -> bool:
         return self.status in ("passed", "skipped")
 
@@ -115,8 +122,18 @@ class Index:
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        if not self._current():
+            for (table,) in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+                self.db.execute(f"DROP TABLE {table}")
         self.db.executescript(SCHEMA)
+        self.set_meta("index_version", INDEX_VERSION)
         self._testsets: dict[str, frozenset[str]] = {}
+
+    def _current(self) -> bool:
+        try:
+            return self.meta("index_version") == INDEX_VERSION
+        except sqlite3.OperationalError:  # no meta table: a new file
+            return False
 
     def close(self) -> None:
         self.db.close()
@@ -146,9 +163,9 @@ class Index:
     def has_testset(self, digest: str) -> bool:
         return self.db.execute("SELECT 1 FROM testsets WHERE hash=?", (digest,)).fetchone() is not None
 
-    def upsert(self, s: RunSummary) -> tuple[str | None, int | None]:
-        """Store a summary; returns the backend and PR the replaced row had, if any."""
-        old = self.db.execute("SELECT id, backend, pr FROM runs WHERE rel=?", (s.rel,)).fetchone()
+    def upsert(self, s: RunSummary) -> Run | None:
+        """Store a summary; returns the row it replaced, if any."""
+        old = self.db.execute(f"SELECT {LIGHT} FROM runs WHERE rel=?", (s.rel,)).fetchone()
         if s.testset_ids is not None and not self.has_testset(s.testset):
             self.db.execute("INSERT INTO testsets(hash, ids) VALUES(?, ?)",
                             (s.testset, zlib.compress("\n".join(s.testset_ids).encode())))
@@ -164,7 +181,7 @@ class Index:
              s.pass_rate, json.dumps(s.stages, separators=(",", ":")), json.dumps(s.counts),
              zlib.compress(json.dumps(s.notable, separators=(",", ":")).encode()), s.testset, s.ops,
              json.dumps(s.problems), slug))
-        return (old["backend"], old["pr"]) if old is not None else (None, None)
+        return Run(old) if old is not None else None
 
     def _free_slug(self, backend: str, slug: str, rel: str) -> str:
         taken = self.db.execute("SELECT 1 FROM runs WHERE backend=? AND slug=?", (backend, slug)).fetchone()
@@ -180,11 +197,16 @@ class Index:
             return Run(row)
         return None
 
-    def set_page(self, run_ids: list[int], present: bool) -> None:
-        self.db.executemany("UPDATE runs SET page=? WHERE id=?", [(int(present), i) for i in run_ids])
+    def set_pages(self, files: dict[int, list[str]]) -> None:
+        """Runs whose page the site now holds, with the site files the page consists of."""
+        self.db.executemany("UPDATE runs SET page=1, page_files=? WHERE id=?",
+                            [(json.dumps(f), i) for i, f in files.items()])
+
+    def clear_pages(self, run_ids: list[int]) -> None:
+        self.db.executemany("UPDATE runs SET page=0, page_files=NULL WHERE id=?", [(i,) for i in run_ids])
 
     def forget_pages(self) -> None:
-        self.db.execute("UPDATE runs SET page=0")
+        self.db.execute("UPDATE runs SET page=0, page_files=NULL")
 
     # --- what the last build derived per backend, reused while its runs do not change ---
     def backend_cache(self) -> dict[str, dict]:
@@ -239,6 +261,6 @@ class Index:
             self._testsets[digest] = frozenset(text.split("\n")) if text else frozenset()
         return self._testsets[digest]
 
-    def page_runs(self) -> dict[int, tuple[str, str]]:
-        """Runs whose page the site holds: id -> (backend, slug)."""
-        return {r[0]: (r[1], r[2]) for r in self.db.execute("SELECT id, backend, slug FROM runs WHERE page=1")}
+    def page_runs(self) -> dict[int, list[str]]:
+        """Runs whose page the site holds: id -> the page's files."""
+        return {r[0]: json.loads(r[1] or "[]") for r in self.db.execute("SELECT id, page_files FROM runs WHERE page=1")}

@@ -56,10 +56,10 @@ def test_every_page_kind_is_written(history):
     assert (out / "index.html").is_file() and (out / "coverage.html").is_file()
     assert sorted(p.name for p in (out / "prs").iterdir()) == ["100.html", "101.html"]
     # Every run page copies the logs its record names.
-    run_pages = list((out / "runs").glob("*/*/index.html"))
+    run_pages = list((out / "runs").glob("*/*.html"))
     assert len(run_pages) == report.run_pages_written == 60
     some = out / "runs" / "gaudi"
-    assert any((d / "integration.log.txt").is_file() for d in some.iterdir())
+    assert len(list(some.glob("*.integration.log.txt"))) == 14
 
 
 def test_latest_api_matches_the_records(history):
@@ -143,7 +143,7 @@ def test_new_failures_then_fixed_incrementally(tmp_path):
     assert first.full
 
     openreg_page = out / "backends" / "openreg.html"
-    openreg_run = next((out / "runs" / "openreg").glob("*/index.html"))
+    openreg_run = next((out / "runs" / "openreg").glob("*.html"))
     before = {p: p.stat().st_ino for p in (openreg_page, openreg_run)}
 
     write_nights(data, "gaudi", range(6, 9))  # night 8 is green again
@@ -164,7 +164,7 @@ def test_run_page_retention_keeps_the_culprit_pair(tmp_path):
     data, out = tmp_path / "runs", tmp_path / "site"
     records = write_nights(data, "ascend", range(0, 14))
     build(data, out, run_pages=3)
-    kept = {p.parent.name for p in (out / "runs" / "ascend").glob("*/index.html")}
+    kept = {p.stem for p in (out / "runs" / "ascend").glob("*.html")}
     expected = {r.run_id for r in records[-3:]} | {records[8].run_id, records[9].run_id}
     assert kept == expected
     links = [r["page"] for r in api(out, "ascend")["runs"] if r["page"]]
@@ -172,7 +172,7 @@ def test_run_page_retention_keeps_the_culprit_pair(tmp_path):
 
     more = write_nights(data, "ascend", range(14, 16))
     report = build(data, out, run_pages=3)
-    kept = {p.parent.name for p in (out / "runs" / "ascend").glob("*/index.html")}
+    kept = {p.stem for p in (out / "runs" / "ascend").glob("*.html")}
     assert kept == {r.run_id for r in (records + more)[-3:]} | {records[8].run_id, records[9].run_id}
     assert report.run_pages_deleted == 2 and report.run_pages_written == 2
 
@@ -187,7 +187,7 @@ def test_removed_record_leaves_the_site(tmp_path):
     gone.rmdir()
     report = build(data, out)
     assert report.removed == 1
-    assert not (out / "runs" / "openreg" / records[-1].run_id).exists()
+    assert not list((out / "runs" / "openreg").glob(f"{records[-1].run_id}*"))
     assert api(out, "openreg")["run_id"] == records[-2].run_id
 
 
@@ -254,10 +254,10 @@ def test_log_paths_cannot_leave_the_record_directory(tmp_path):
     record.stages[0].log = "../secret.txt"
     path.write_text(record.model_dump_json())
     build(data, out)
-    run_dir = out / "runs" / "openreg" / record.run_id
-    assert not (run_dir / "torch.log.txt").exists()
-    assert "log missing" in (run_dir / "index.html").read_text()
-    assert (run_dir / "build.log.txt").is_file()
+    base = out / "runs" / "openreg" / record.run_id
+    assert not Path(f"{base}.torch.log.txt").exists()
+    assert "log missing" in Path(f"{base}.html").read_text()
+    assert Path(f"{base}.build.log.txt").is_file()
     assert not any("not for the site" in p.read_text() for p in out.rglob("*") if p.is_file())
 
 
@@ -305,3 +305,21 @@ def test_background_cleanup_removes_the_replaced_site(tmp_path):
     while any(p.name.startswith(".site.old-") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "site", "site.state"]
+
+
+def test_changed_record_replaces_its_page(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    record = write_nights(data, "openreg", [0])[0]
+    build(data, out)
+    base = out / "runs" / "openreg" / record.run_id
+    assert Path(f"{base}.integration.log.txt").is_file()
+
+    record.status = record.status.failed
+    for stage in record.stages[4:]:
+        stage.log = None
+    (data / "openreg" / record.run_id / "record.json").write_text(record.model_dump_json())
+    report = build(data, out)
+    assert report.parsed == 1 and report.removed == 0 and report.run_pages_written == 1
+    assert not Path(f"{base}.integration.log.txt").exists()  # the new record names no such log
+    assert Path(f"{base}.build.log.txt").is_file()
+    assert api(out, "openreg")["status"] == "failed"
