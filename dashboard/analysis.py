@@ -121,7 +121,3 @@ def expected_failures(index: Index, run: Run | None) -> list[tuple[str, str]]:
     if run is None:
         return []
     return sorted((t, o) for t, o in index.notable(run.id).items() if o in ("xfailed", "xpassed"))
-
-
-def sparkline_runs(runs: list[Run], n: int = FLAKY_WINDOW) -> list[Run]:
-    return runs[-n:]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runner.models import Outcome, RunRecord, Status
+from runner.models import Outcome, RunRecord
 
 RECORD_NAME = "record.json"
 FAILING = frozenset(o.value for o in Outcome if not o.ok)
@@ -192,7 +192,3 @@ def summarize_file(data_dir: str, found: FoundFile) -> RunSummary | str:
     except BadRecord as exc:
         return str(exc)
     return summarize(record, found, _worker_seen)
-
-
-def status_ok(status: str) -> bool:
-    return Status(status).ok

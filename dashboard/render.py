@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import html
 import json
-from pathlib import PurePosixPath
 
 import jinja2
 from markupsafe import Markup, escape
@@ -40,7 +39,7 @@ def env() -> jinja2.Environment:
         _env.filters.update(duration=fmt_duration, when=fmt_time, short=short_sha, counts=counts_text,
                             pct=fmt_pct, cut=cut)
         _env.globals.update(STAGES=STAGES, GLYPH=GLYPH, run_href=run_href, backend_href=backend_href,
-                            stage_title=stage_title, stage_cells=stage_cells, sparkline=sparkline, coverage_rows=coverage_rows,
+                            stage_title=stage_title, sparkline=sparkline, coverage_rows=coverage_rows,
                             outcome_class=outcome_class)
     return _env
 
@@ -105,12 +104,6 @@ def stage_title(stage: dict | None, name: str) -> str:
     elif stage.get("summary"):
         parts.append(stage["summary"])
     return " · ".join(p for p in parts if p)
-
-
-def stage_cells(run: Run) -> list[tuple[str, dict | None]]:
-    """(name, stage) for the standard stages, then any extra stage the record has."""
-    names = list(STAGES) + [s["name"] for s in run.stages if s["name"] not in STAGES]
-    return [(n, run.stage(n)) for n in names]
 
 
 # --- links ------------------------------------------------------------------------
@@ -251,8 +244,3 @@ def dumps(data) -> str:
 
 def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def rel_root(path: str) -> str:
-    """'../' repeated for the depth of a site path like 'runs/a/b/index.html'."""
-    return "../" * (len(PurePosixPath(path).parts) - 1)
