@@ -13,6 +13,8 @@ from .errors import OotciError
 # `register(subparsers)`, which adds its parser and sets `func`.
 COMMANDS = [
     "registry",
+    "run",
+    "torch",
     "dashboard",
 ]
 

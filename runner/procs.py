@@ -141,6 +141,10 @@ def run(
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_group(proc)
+    except BaseException:
+        # Interrupted (SIGINT/SIGTERM in the runner): the child must not outlive us.
+        _kill_group(proc)
+        raise
     finally:
         with _live_lock:
             _live.discard(proc)

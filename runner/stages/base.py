@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from .. import procs
+from .. import procs, rootcause
 from ..envs import Env
 from ..manifest import Manifest
-from ..models import RunRecord, StageResult
+from ..models import RootCause, RunRecord, StageResult, Status
 
 
 @dataclass
@@ -25,6 +25,7 @@ class RunOptions:
     out: Path = Path("out")
     python: Path | None = None
     index_url: str | None = None
+    torch_repo: str | None = None
     suites: tuple[str, ...] = ("smoke", "integration")
     trigger: str = "manual"
     pr: int | None = None
@@ -78,3 +79,16 @@ class Stage(Protocol):
     NAME: str
 
     def run(self, ctx: RunContext) -> StageResult: ...
+
+
+def proc_failure(stage: str, result: procs.ProcResult, what: str) -> StageResult:
+    """A stage result for a subprocess that did not succeed, with its root cause."""
+    cause = rootcause.from_proc(result, what=what)
+    status = Status.timeout if result.timed_out else Status.crashed if result.signal_name else Status.failed
+    return StageResult(name=stage, status=status, summary=cause.summary if cause else f"{what} failed",
+                       root_cause=cause)
+
+
+def config_failure(stage: str, message: str) -> StageResult:
+    return StageResult(name=stage, status=Status.failed, summary=message,
+                       root_cause=RootCause(kind="error", summary=message))

@@ -1,0 +1,101 @@
+"""`ootci run NAME...`: every stage, for each backend, one RunRecord each."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .. import registry, torch_acquire, torchspec
+from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError, UsageError
+from ..pipeline import Interrupted, interrupt_handlers, run_backend
+from ..report import Reporter
+from ..stages import SUITE_STAGES, RunOptions
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run the whole pipeline for one or more backends")
+    p.add_argument("names", nargs="+", metavar="NAME", help="registered backend, or path of a backend.toml")
+    p.add_argument("--torch", default=None, metavar="SPEC",
+                   help="installed, a version (2.13.0), a wheel path or URL, nightly, git:REF or pr:N "
+                        "(default: nightly; installed with --python)")
+    p.add_argument("--out", type=Path, default=Path("out/runs"), help="directory for run records (default out/runs)")
+    p.add_argument("--python", type=Path, help="use this existing environment under test instead of a fresh venv")
+    p.add_argument("--suites", default="smoke,integration", help="comma-separated suites to run: smoke, integration or none (default: both)")
+    p.add_argument("--index-url", help="package index for nightly torch (default $OOTCI_TORCH_INDEX or PyTorch's)")
+    p.add_argument("--torch-repo", help="PyTorch git repository for git:/pr: specs (default $OOTCI_TORCH_REPO or GitHub)")
+    p.add_argument("--dry-run", action="store_true", help="print what would run (the torch plan, the stages) and stop")
+    p.add_argument("--trigger", default="manual", choices=["manual", "nightly", "pr"])
+    p.add_argument("--pr", type=int, help="PyTorch PR number the run belongs to")
+    p.add_argument("--jobs", type=int, help="parallel build jobs (MAX_JOBS)")
+    p.add_argument("--cache", type=Path, help="cache directory (default $OOTCI_CACHE or ~/.cache/ootci)")
+    p.set_defaults(func=cmd_run)
+
+
+def options_from(args: argparse.Namespace) -> RunOptions:
+    suites = tuple(s.strip() for s in args.suites.split(",") if s.strip() and s.strip() != "none")
+    unknown = [s for s in suites if s not in SUITE_STAGES]
+    if unknown:
+        raise UsageError(f"--suites: unknown suite {unknown[0]!r} (known: {', '.join(SUITE_STAGES)})")
+    python = args.python
+    if python is not None:
+        python = python.absolute()
+        if not python.is_file():
+            raise UsageError(f"--python: {python} is not an interpreter")
+    torch = args.torch or ("installed" if python else "nightly")
+    if torch == "installed" and python is None:
+        raise UsageError("--torch installed needs --python (the environment that has it)")
+    if python is not None and torch != "installed":
+        raise UsageError("--python uses the torch already installed there: drop --torch or pass --torch installed")
+    spec = torchspec.parse(torch)
+    if args.out.exists() and not args.out.is_dir():
+        raise OutputError(f"--out: {args.out} exists and is not a directory")
+    return RunOptions(torch=spec.raw, out=args.out, python=python, index_url=args.index_url, suites=suites,
+                      trigger=args.trigger, pr=args.pr, jobs=args.jobs, cache=args.cache,
+                      torch_repo=args.torch_repo, dry_run=args.dry_run)
+
+
+def preflight(options: RunOptions) -> torch_acquire.TorchPlan:
+    """Resolve the torch read-only (index page, git ls-remote): an unreachable index
+    or a missing PR is a one-line error before anything is written under --out."""
+    spec = torchspec.parse(options.torch)
+    return torch_acquire.plan(spec, dry_run=True, index_url=options.index_url,
+                              python=options.python if spec.kind == "installed" else None,
+                              cache=options.cache, jobs=options.jobs, torch_repo=options.torch_repo)
+
+
+def print_plan(manifests, options: RunOptions, plan: torch_acquire.TorchPlan) -> None:
+    from ..pipeline import skip_reason
+    from ..stages import STAGES
+
+    print(f"torch {options.torch}:")
+    for step in plan.steps:
+        print(f"  {step}")
+    for m in manifests:
+        print(f"{m.name} ({m.device}) from {m.path}:")
+        for name in STAGES:
+            reason = skip_reason(m, options, name)
+            print(f"  {name:<12} {'skip: ' + reason if reason else 'run'}")
+    print(f"records: {options.out}/<run_id>/record.json")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    # Everything that can be wrong with the input is checked before anything is written.
+    manifests = [registry.resolve(name) for name in args.names]
+    options = options_from(args)
+    plan = preflight(options)
+    if options.dry_run:
+        print_plan(manifests, options, plan)
+        return 0
+    reporter = Reporter()
+    failed = False
+    with interrupt_handlers():
+        try:
+            for manifest in manifests:
+                record = run_backend(manifest, options, reporter)
+                failed |= not record.status.ok
+        except (KeyboardInterrupt, Interrupted) as exc:
+            name = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
+            print(f"ootci: interrupted by {name}; records written under {options.out}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    return EXIT_FAILED if failed else 0

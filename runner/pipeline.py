@@ -1,0 +1,163 @@
+"""Run every stage for one backend and keep the RunRecord on disk at every step.
+
+The record is rewritten atomically after each stage, so a run that is killed, times
+out or is interrupted still leaves a valid record saying how far it got. A failed
+stage blocks the ones after it; a bug in a stage becomes a `crashed` result with
+its traceback in the stage log, never a crash of the runner.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import secrets
+import shlex
+import signal
+import socket
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from . import __version__, atomic, procs
+from .envs import cache_root
+from .errors import OotciError
+from .manifest import Manifest
+from .models import RootCause, RunRecord, StageResult, Status, TorchInfo, overall_status
+from .stages import STAGES, SUITE_STAGES, RunContext, RunOptions
+
+
+class Interrupted(BaseException):
+    """The runner got SIGTERM (SIGINT arrives as KeyboardInterrupt)."""
+
+    def __init__(self, signame: str):
+        super().__init__(signame)
+        self.signame = signame
+
+
+@contextmanager
+def interrupt_handlers() -> Iterator[None]:
+    """Turn SIGTERM into an exception so the record is written before we exit."""
+    def on_term(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def new_run_id(backend: str, started: dt.datetime) -> str:
+    return f"{backend}-{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+def reproduce_command(manifest: Manifest, options: RunOptions) -> str:
+    argv = ["ootci", "run", manifest.name, "--torch", options.torch]
+    if options.suites != ("smoke", "integration"):
+        argv += ["--suites", ",".join(options.suites)]
+    return shlex.join(argv)
+
+
+def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | None:
+    if stage not in SUITE_STAGES:
+        return None
+    if stage not in options.suites:
+        return "not selected (--suites)"
+    if not getattr(manifest.suites, stage):
+        return "switched off in the manifest ([suites])"
+    return None
+
+
+class RecordWriter:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def write(self, record: RunRecord) -> None:
+        atomic.write_text(self.path, record.model_dump_json(indent=2) + "\n")
+
+
+def _run_stage(name: str, ctx: RunContext) -> StageResult:
+    stage = STAGES[name]
+    ctx.stage_name = name
+    started = now()
+    t0 = time.monotonic()
+    try:
+        result = stage.run(ctx)
+    except OotciError as exc:
+        result = StageResult(name=name, status=Status.failed, summary=exc.message,
+                             root_cause=RootCause(kind="error", summary=exc.message))
+    except (KeyboardInterrupt, Interrupted):
+        raise
+    except Exception as exc:  # a bug in ootci itself must not lose the run
+        with open(ctx.log_path(name), "a", encoding="utf-8") as log:
+            log.write("\n[ootci] internal error in stage %s\n" % name)
+            log.write(traceback.format_exc())
+        summary = f"ootci internal error: {type(exc).__name__}: {exc}"
+        result = StageResult(name=name, status=Status.crashed, summary=summary,
+                             root_cause=RootCause(kind="error", summary=summary, exception_type=type(exc).__name__,
+                                                  message=str(exc), hint="a bug in ootci: please report it with the stage log"))
+    result.name = name
+    result.started_at = started
+    result.duration_s = round(time.monotonic() - t0, 3)
+    log = ctx.run_dir / "logs" / f"{name}.log"
+    if log.exists():
+        result.log = os.fspath(log.relative_to(ctx.run_dir))
+    return result
+
+
+def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
+    started = now()
+    run_id = new_run_id(manifest.name, started)
+    run_dir = options.out / run_id
+    record = RunRecord(
+        run_id=run_id, backend=manifest.name, device=manifest.device, trigger=options.trigger, pr=options.pr,
+        torch=TorchInfo(spec=options.torch), python=platform.python_version(),
+        platform=f"{sys.platform}-{platform.machine()}", host=socket.gethostname(),
+        ootci_version=__version__, started_at=started, command=reproduce_command(manifest, options),
+    )
+    writer = RecordWriter(run_dir / "record.json")
+    writer.write(record)
+    ctx = RunContext(manifest=manifest, options=options, record=record, run_dir=run_dir,
+                     cache=options.cache or cache_root(), reporter=reporter)
+    reporter.run_started(record, run_dir)
+    blocker: str | None = None
+    names = list(STAGES)
+    try:
+        for i, name in enumerate(names):
+            if blocker:
+                result = StageResult(name=name, status=Status.blocked, summary=f"blocked: stage '{blocker}' did not pass")
+            elif reason := skip_reason(manifest, options, name):
+                result = StageResult(name=name, status=Status.skipped, summary=reason)
+            else:
+                reporter.stage_started(manifest.name, name)
+                try:
+                    result = _run_stage(name, ctx)
+                except (KeyboardInterrupt, Interrupted) as exc:
+                    signame = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
+                    procs.kill_all()
+                    record.interrupted = signame
+                    summary = f"interrupted by {signame}"
+                    record.stages.append(StageResult(name=name, status=Status.failed, summary=summary,
+                                                     root_cause=RootCause(kind="interrupted", summary=summary)))
+                    for rest in names[i + 1:]:
+                        record.stages.append(StageResult(name=rest, status=Status.blocked, summary=summary))
+                    raise
+                reporter.stage_finished(manifest.name, result)
+                if not result.status.ok:
+                    blocker = name
+            record.stages.append(result)
+            writer.write(record)
+    finally:
+        record.finished_at = now()
+        record.status = overall_status(record.stages)
+        writer.write(record)
+    reporter.run_finished(record, writer.path)
+    return record

@@ -1,0 +1,58 @@
+"""Where a backend's sources are, and a hash that changes exactly when they do."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from . import procs
+from .envs import digest
+from .errors import ManifestError
+from .manifest import Manifest
+
+# Build products and caches inside a source tree do not make it a different source.
+IGNORED_DIRS = {".git", "build", "dist", "__pycache__", ".pytest_cache", ".eggs", ".venv"}
+IGNORED_SUFFIXES = (".so", ".pyc", ".o", ".egg-info")
+
+
+def tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS and not d.endswith(".egg-info"))
+        for name in sorted(filenames):
+            if name.endswith(IGNORED_SUFFIXES):
+                continue
+            path = Path(dirpath) / name
+            h.update(os.fsencode(path.relative_to(root)))
+            h.update(b"\0")
+            h.update(path.read_bytes())
+            h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def checkout(manifest: Manifest, cache: Path, *, log: Path, timeout: float) -> tuple[Path, str]:
+    """Clone (or update) a git source into the cache; returns (package dir, commit)."""
+    src = manifest.source
+    assert src.git
+    repo = cache / "src" / digest(src.git)
+    git = ["git", "-c", "advice.detachedHead=false"]
+    if not (repo / ".git").exists():
+        repo.parent.mkdir(parents=True, exist_ok=True)
+        result = procs.run([*git, "clone", "--quiet", src.git, repo], timeout=timeout, log=log)
+        if not result.ok:
+            raise ManifestError(f"{manifest.path}: field 'source.git': cannot clone {src.git}: "
+                                f"{result.output_tail.strip().splitlines()[-1:] or ['no output']}")
+    else:
+        procs.run([*git, "-C", repo, "fetch", "--quiet", "--tags", "origin"], timeout=timeout, log=log)
+    for ref in (f"origin/{src.ref}", src.ref):
+        result = procs.run([*git, "-C", repo, "checkout", "--quiet", "--force", ref], timeout=timeout, log=log)
+        if result.ok:
+            break
+    else:
+        raise ManifestError(f"{manifest.path}: field 'source.ref': no such ref {src.ref!r} in {src.git}")
+    head = procs.run([*git, "-C", repo, "rev-parse", "HEAD"], timeout=60)
+    package = repo / src.subdir if src.subdir else repo
+    if not package.is_dir():
+        raise ManifestError(f"{manifest.path}: field 'source.subdir': {src.subdir!r} is not a directory in {src.git}")
+    return package, head.output_tail.strip()

@@ -1,0 +1,18 @@
+"""The pipeline's stages, in order. Adding a stage: one module, one line here."""
+
+from __future__ import annotations
+
+from . import build, install
+from . import torch as torch_stage
+from .base import RunContext, RunOptions, Stage
+
+STAGES: dict[str, Stage] = {
+    torch_stage.NAME: torch_stage,
+    build.NAME: build,
+    install.NAME: install,
+}
+
+# Stages that run test suites: `--suites` and the manifest's [suites] switch them off.
+SUITE_STAGES = ("smoke", "integration")
+
+__all__ = ["STAGES", "SUITE_STAGES", "RunContext", "RunOptions", "Stage"]
