@@ -323,3 +323,23 @@ def test_changed_record_replaces_its_page(tmp_path):
     assert not Path(f"{base}.integration.log.txt").exists()  # the new record names no such log
     assert Path(f"{base}.build.log.txt").is_file()
     assert api(out, "openreg")["status"] == "failed"
+
+
+def test_records_of_a_real_ootci_run(tmp_path):
+    """`ootci run` against an interpreter without torch writes a real failing record."""
+    from runner import registry
+
+    name = registry.load_all()[0].name
+    runs, out = tmp_path / "runs", tmp_path / "site"
+    run = subprocess.run([sys.executable, "-m", "runner", "run", name, "--torch", "installed",
+                          "--python", sys.executable, "--out", str(runs)],
+                         capture_output=True, text=True, timeout=300)
+    assert list(runs.glob("*/record.json")), run.stdout + run.stderr
+    proc = subprocess.run([sys.executable, "-m", "runner", "dashboard", "build", "--data", str(runs),
+                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    latest = json.loads((out / "api" / "latest.json").read_text())["backends"]
+    assert [b["name"] for b in latest] == [name] and latest[0]["status"] == "failed"
+    assert latest[0]["stages"]["torch"] == "failed"
+    page = (out / latest[0]["run_page"]).read_text()
+    assert "cannot import torch" in page
