@@ -36,6 +36,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         if run_pages < 0:
             raise UsageError(f"--run-pages: must not be negative, got {run_pages}")
     out = args.out
+    if not args.data.is_dir():
+        raise UsageError(f"--data {args.data}: no such directory")
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out}: exists and is not a directory")
     if out.resolve() == args.data.resolve():
