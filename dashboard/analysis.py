@@ -117,7 +117,9 @@ def flaky(index: Index, runs: list[Run], window: int = FLAKY_WINDOW) -> list[Fla
     return found
 
 
-def expected_failures(index: Index, run: Run | None) -> list[tuple[str, str]]:
+def expected_failures(index: Index, run: Run | None) -> list[tuple[str, str, str]]:
+    """(test id, xfailed or xpassed, reason) in the run."""
     if run is None:
         return []
-    return sorted((t, o) for t, o in index.notable(run.id).items() if o in ("xfailed", "xpassed"))
+    reasons = index.xfail(run.id)
+    return sorted((t, o, reasons.get(t, "")) for t, o in index.notable(run.id).items() if o in ("xfailed", "xpassed"))

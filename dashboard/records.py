@@ -115,6 +115,7 @@ class RunSummary:
     testset_ids: list[str] | None = None  # only filled the first time a worker meets a testset
     ops: bytes = b""  # zlib JSON {op: {"ok": [dtypes], "bad": [...], "skip": [...]}}
     problems: list[str] = field(default_factory=list)
+    xfail: dict[str, str] = field(default_factory=dict)  # xfailed/xpassed test id -> reason (message)
 
     @property
     def pass_rate(self) -> float | None:
@@ -128,6 +129,7 @@ class RunSummary:
 def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | None = None) -> RunSummary:
     counts: dict[str, int] = {}
     notable: dict[str, str] = {}
+    xfail: dict[str, str] = {}
     ops: dict[str, dict[str, list[str]]] = {}
     value = _VALUE
     for t in record.tests:
@@ -136,6 +138,8 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
         if o != "passed":
             if o in NOTABLE:
                 notable[t.id] = o
+            if o == "xfailed" or o == "xpassed":
+                xfail[t.id] = t.message[:300]
         if t.op is not None and t.suite == "integration":
             group = "ok" if o == "passed" else ("skip" if o == "skipped" else ("bad" if o in FAILING else "ok"))
             by_op = ops.get(t.op)
@@ -164,7 +168,7 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
         stages=stages, counts=counts, notable=notable, testset=testset,
         testset_ids=ids if first_time else None,
         ops=zlib.compress(json.dumps(ops, separators=(",", ":")).encode()) if ops else b"",
-        problems=list(record.problems),
+        problems=list(record.problems), xfail=xfail,
     )
 
 

@@ -366,7 +366,7 @@ class _Build:
             "new_failures": [{"test": t, "outcome": o} for t, o in changes.new_failures],
             "newly_fixed": [{"test": t, "was": o} for t, o in changes.fixed],
             "flaky": [vars(f) for f in flaky],
-            "expected_failures": [{"test": t, "outcome": o} for t, o in xfail],
+            "expected_failures": [{"test": t, "outcome": o, "reason": why} for t, o, why in xfail],
             "reproduce": reproduce_command(main[-1]),
             "runs": [_run_entry(r, paged) for r in reversed(runs)],
         })

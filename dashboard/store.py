@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS runs(
   problems TEXT,
   slug TEXT NOT NULL,
   page INTEGER NOT NULL DEFAULT 0,
-  page_files TEXT
+  page_files TEXT,
+  xfail TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_backend ON runs(backend, started_at);
 CREATE INDEX IF NOT EXISTS runs_by_pr ON runs(pr) WHERE pr IS NOT NULL;
@@ -59,7 +60,7 @@ CREATE TABLE IF NOT EXISTS backend_cache(backend TEXT PRIMARY KEY, data TEXT NOT
 LIGHT = ("id, rel, run_id, backend, device, trigger, pr, started_at, finished_at, status, torch_spec, "
          "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, page_files, problems")
 # The index is a cache of what the records say: a different layout is simply rebuilt.
-INDEX_VERSION = "2"
+INDEX_VERSION = "3"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -175,12 +176,12 @@ class Index:
         self.db.execute(
             "INSERT INTO runs(rel, mtime_ns, size, run_id, backend, device, trigger, pr, started_at, finished_at,"
             " status, torch_spec, torch_version, torch_git, command, duration_s, pass_rate, stages, counts,"
-            " notable, testset, ops, problems, slug, page) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+            " notable, testset, ops, problems, slug, page, xfail) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?)",
             (s.rel, s.mtime_ns, s.size, s.run_id, s.backend, s.device, s.trigger, s.pr, s.started_at,
              s.finished_at, s.status, s.torch_spec, s.torch_version, s.torch_git, s.command, s.duration_s,
              s.pass_rate, json.dumps(s.stages, separators=(",", ":")), json.dumps(s.counts),
              zlib.compress(json.dumps(s.notable, separators=(",", ":")).encode()), s.testset, s.ops,
-             json.dumps(s.problems), slug))
+             json.dumps(s.problems), slug, json.dumps(s.xfail) if s.xfail else None))
         return Run(old) if old is not None else None
 
     def _free_slug(self, backend: str, slug: str, rel: str) -> str:
@@ -241,6 +242,10 @@ class Index:
     def notable(self, run_id: int) -> dict[str, str]:
         row = self.db.execute("SELECT notable FROM runs WHERE id=?", (run_id,)).fetchone()
         return json.loads(zlib.decompress(row[0])) if row else {}
+
+    def xfail(self, run_id: int) -> dict[str, str]:
+        row = self.db.execute("SELECT xfail FROM runs WHERE id=?", (run_id,)).fetchone()
+        return json.loads(row[0]) if row and row[0] else {}
 
     def ops(self, run_id: int) -> dict[str, dict[str, list[str]]]:
         row = self.db.execute("SELECT ops FROM runs WHERE id=?", (run_id,)).fetchone()

@@ -115,7 +115,9 @@ def test_flaky_tests_are_counted_from_the_records(history):
 def test_expected_failures_and_pr_pages(history):
     _, out, _ = history
     xfail = api(out, "openreg")["expected_failures"]
-    assert xfail == [{"test": synthetic.op_test_id("openreg", "topk", "bfloat16"), "outcome": "xfailed"}]
+    assert xfail == [{"test": synthetic.op_test_id("openreg", "topk", "bfloat16"), "outcome": "xfailed",
+                      "reason": "expected failure: topk is not implemented for bfloat16"}]
+    assert "topk is not implemented for bfloat16" in (out / "backends" / "openreg.html").read_text()
     pr = (out / "prs" / "100.html").read_text()
     assert "ascend" in pr and "openreg" in pr and "gaudi" not in pr
     runs = api(out, "ascend")["runs"]
@@ -281,6 +283,9 @@ def test_cli_reports_usage_errors_in_one_line(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "ootci: --run-pages: expected a number or 'all', got 'lots'"
+    proc = subprocess.run([sys.executable, "-m", "runner", "dashboard", "build", "--data", str(tmp_path / "nope"),
+                           "--out", str(tmp_path / "site")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"ootci: --data {tmp_path / 'nope'}: no such directory"
 
 
 def test_dashboard_never_imports_torch(tmp_path):
