@@ -16,6 +16,7 @@ COMMANDS = [
     "run",
     "torch",
     "verify",
+    "test",
 ]
 
 
