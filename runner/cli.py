@@ -17,6 +17,7 @@ COMMANDS = [
     "torch",
     "verify",
     "test",
+    "dashboard",
 ]
 
 
