@@ -14,6 +14,7 @@ from .errors import OotciError
 COMMANDS = [
     "registry",
     "run",
+    "history", "summary",
 ]
 
 
