@@ -6,6 +6,7 @@ exported by `ootci schema` for editors and check-jsonschema.
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from enum import Enum
@@ -171,6 +172,37 @@ def _field_path(loc: tuple) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
 
+def _model_at(loc: tuple) -> type[BaseModel]:
+    """The model that owns the field at loc, for 'did you mean' suggestions."""
+    model: type[BaseModel] = Manifest
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            break
+        model = annotation
+    return model
+
+
+def _describe(exc: ValidationError) -> str:
+    errors = exc.errors()
+    # A misspelt key also shows up as a missing one; the misspelling is the news.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    field = _field_path(err["loc"])
+    value = err.get("input")
+    message = f"field '{field}': {err['msg']}"
+    if err["type"] == "extra_forbidden":
+        known = [n for n in _model_at(err["loc"]).model_fields if n != "path"]
+        close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+        if close:
+            message += f" (did you mean '{close[0]}'?)"
+    elif err["type"] != "missing" and not isinstance(value, dict):
+        message += f" (got {value!r})"
+    if len(errors) > 1:
+        message += f"; and {len(errors) - 1} more"
+    return message
+
+
 def load(path: Path) -> Manifest:
     """Read and validate one manifest; any problem is one line naming file and field."""
     try:
@@ -186,11 +218,6 @@ def load(path: Path) -> Manifest:
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = _field_path(err["loc"])
-        value = err.get("input")
-        shown = f" (got {value!r})" if err["type"] != "missing" and not isinstance(value, dict) else ""
-        more = f"; and {len(exc.errors()) - 1} more" if len(exc.errors()) > 1 else ""
-        raise ManifestError(f"{path}: field '{field}': {err['msg']}{shown}{more}") from None
+        raise ManifestError(f"{path}: {_describe(exc)}") from None
     manifest.path = path.resolve()
     return manifest

@@ -42,30 +42,40 @@ def hint_for(text: str) -> str | None:
     return None
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
 def _blocks(lines: list[str]) -> list[tuple[int, int]]:
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    # Tracebacks may be indented (pip re-prints a build's output six spaces in).
+    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last):")]
     return [(s, starts[k + 1] if k + 1 < len(starts) else len(lines)) for k, s in enumerate(starts)]
 
 
 def _exception_of(lines: list[str], start: int, end: int) -> tuple[str, str] | None:
-    """The exception line ending a traceback block: first unindented line after the frames."""
+    """The exception line ending a traceback block: the first line after the frames
+    that is indented like the `Traceback` header."""
+    base = _indent(lines[start])
     for i in range(start + 1, end):
         line = lines[i]
-        if not line or line.startswith((" ", "\t")):
+        if not line.strip() or _indent(line) > base:
             continue
-        if line.startswith(_CHAIN_LINKS):
+        text = line.strip()
+        if text.startswith(_CHAIN_LINKS):
             break
-        m = _EXC_LINE.match(line.strip())
+        m = _EXC_LINE.match(text)
         if m:
             message = (m.group(2) or "").strip()
-            # Multi-line messages continue until a blank line or a chain link.
+            # A multi-line message continues at the same indentation up to a blank line.
             j = i + 1
-            while j < end and lines[j].strip() and not lines[j].startswith(_CHAIN_LINKS) and not lines[j].startswith("Traceback"):
-                if lines[j].startswith("  "):
+            while j < end and lines[j].strip() and _indent(lines[j]) == base:
+                nxt = lines[j].strip()
+                if nxt.startswith(_CHAIN_LINKS) or nxt.startswith("Traceback") or nxt.startswith("[end of output]"):
                     break
-                message += " " + lines[j].strip()
+                message += " " + nxt
                 j += 1
             return m.group(1), message.strip()
+        break
     return None
 
 
@@ -78,7 +88,7 @@ def innermost_exception(output: str) -> tuple[str, str] | None:
     first = len(blocks) - 1
     while first > 0:
         prev_start, prev_end = blocks[first - 1]
-        between = "\n".join(lines[prev_start:blocks[first][0]])
+        between = "\n".join(l.strip() for l in lines[prev_start:blocks[first][0]])
         if any(link in between for link in _CHAIN_LINKS):
             first -= 1
         else:

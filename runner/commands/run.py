@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: nightly; installed with --python)")
     p.add_argument("--out", type=Path, default=Path("out/runs"), help="directory for run records (default out/runs)")
     p.add_argument("--python", type=Path, help="use this existing environment under test instead of a fresh venv")
-    p.add_argument("--suites", default="smoke,integration", help="comma-separated suites to run (default: both)")
+    p.add_argument("--suites", default="smoke,integration", help="comma-separated suites to run: smoke, integration or none (default: both)")
     p.add_argument("--index-url", help="package index for nightly torch")
     p.add_argument("--trigger", default="manual", choices=["manual", "nightly", "pr"])
     p.add_argument("--pr", type=int, help="PyTorch PR number the run belongs to")
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def options_from(args: argparse.Namespace) -> RunOptions:
-    suites = tuple(s.strip() for s in args.suites.split(",") if s.strip())
+    suites = tuple(s.strip() for s in args.suites.split(",") if s.strip() and s.strip() != "none")
     unknown = [s for s in suites if s not in SUITE_STAGES]
     if unknown:
         raise UsageError(f"--suites: unknown suite {unknown[0]!r} (known: {', '.join(SUITE_STAGES)})")

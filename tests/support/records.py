@@ -1,0 +1,17 @@
+"""Reading what `ootci run` wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.models import RunRecord
+
+
+def records_under(out: Path) -> list[RunRecord]:
+    return [RunRecord.model_validate_json(p.read_text()) for p in sorted(out.glob("*/record.json"))]
+
+
+def only_record(out: Path) -> RunRecord:
+    records = records_under(out)
+    assert len(records) == 1, f"expected one record under {out}, found {len(records)}"
+    return records[0]

@@ -1,0 +1,125 @@
+"""Backend manifests: the registry, the model's errors, the published schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner import manifest, registry
+from runner.errors import ManifestError, UnknownBackendError
+from runner.manifest import Capability
+from tests.support.cli import ootci
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA_FILE = REPO / "backends" / "backend.schema.json"
+
+VALID = """
+name = "demo"
+device = "demo"
+distribution = "torch_demo"
+import_name = "torch_demo"
+entry_point = "torch_demo = torch_demo:_autoload"
+[source]
+path = "."
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "backend.toml"
+    path.write_text(text)
+    return path
+
+
+def test_every_registered_manifest_loads():
+    manifests = {m.name: m for m in registry.load_all()}
+    assert {"ascend-npu", "gaudi-hpu"} <= set(manifests)
+    npu = manifests["ascend-npu"]
+    assert (npu.device, npu.distribution, npu.import_name) == ("npu", "torch_npu", "torch_npu")
+    assert npu.entry_point_parts == ("torch_npu", "torch_npu", "_autoload")
+    hpu = manifests["gaudi-hpu"]
+    assert hpu.device == "hpu"
+    assert hpu.entry_point_parts == ("device_backend", "habana_frameworks", "__autoload")
+
+
+def test_registered_openreg_is_bundled_when_present():
+    names = [p.parent.name for p in registry.manifest_paths()]
+    if "openreg" not in names:
+        pytest.skip("backends/openreg is not in this checkout")
+    m = registry.resolve("openreg")
+    assert m.device == "openreg"
+    assert m.entry_point == "torch_openreg = torch_openreg:_autoload"
+    assert m.source_dir() == (REPO / "backends" / "openreg").resolve()
+
+
+def test_valid_manifest_defaults(tmp_path):
+    m = manifest.load(write(tmp_path, VALID))
+    assert m.build.recipe == "pip-wheel"
+    assert m.suites.smoke and m.suites.integration
+    assert m.source.kind == "path"
+    assert m.timeouts.test > 0
+
+
+@pytest.mark.parametrize(
+    "mutation, field, words",
+    [
+        (lambda t: t.replace('device = "demo"\n', ""), "device", "Field required"),
+        (lambda t: t.replace('device = "demo"', "device = 3"), "device", "string"),
+        (lambda t: t.replace('device = "demo"', 'devcie = "demo"'), "devcie", "did you mean 'device'?"),
+        (lambda t: 'capabilities = ["streams", "teleport"]\n' + t, "capabilities.1", "teleport"),
+        (lambda t: t.replace("torch_demo:_autoload", "torch_demo._autoload"), "entry_point", "module:attribute"),
+        (lambda t: t.replace('path = "."', 'path = "."\nrequirement = "x"'), "source", "exactly one"),
+        (lambda t: t + "[timeouts]\nbuild = \"long\"\n", "timeouts.build", "number"),
+    ],
+)
+def test_bad_field_is_one_line_naming_file_and_field(tmp_path, mutation, field, words):
+    path = write(tmp_path, mutation(VALID))
+    with pytest.raises(ManifestError) as err:
+        manifest.load(path)
+    message = err.value.message
+    assert "\n" not in message
+    assert str(path) in message
+    assert f"field '{field}'" in message
+    assert words in message
+
+
+def test_invalid_toml_is_reported(tmp_path):
+    with pytest.raises(ManifestError, match=r"not valid TOML"):
+        manifest.load(write(tmp_path, 'name = "x\n'))
+
+
+def test_capability_enum_matches_schema():
+    schema = json.loads(SCHEMA_FILE.read_text())
+    assert schema["$defs"]["Capability"]["enum"] == [c.value for c in Capability]
+
+
+def test_schema_file_is_current():
+    """backends/backend.schema.json must be what `ootci schema` prints today."""
+    result = ootci("schema")
+    assert result.returncode == 0, result.stderr
+    assert SCHEMA_FILE.read_text() == result.stdout, "run: ootci schema --output backends/backend.schema.json"
+
+
+def test_check_jsonschema_validates_every_manifest(tmp_path):
+    manifests = [str(p) for p in registry.manifest_paths()]
+    manifests += [str(p) for p in (REPO / "tests" / "fixtures" / "registry").glob("*/backend.toml")]
+    tool = Path(sys.executable).with_name("check-jsonschema")
+    ok = subprocess.run([str(tool), "--schemafile", str(SCHEMA_FILE), *manifests], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = write(tmp_path, VALID.replace('device = "demo"', 'device = "Demo Device"'))
+    rejected = subprocess.run([str(tool), "--schemafile", str(SCHEMA_FILE), str(bad)], capture_output=True, text=True)
+    assert rejected.returncode == 1
+    assert "device" in rejected.stdout
+
+
+def test_resolve_by_path_and_unknown_name(tmp_path):
+    path = write(tmp_path, VALID)
+    assert registry.resolve(str(path)).name == "demo"
+    assert registry.resolve(str(tmp_path)).name == "demo"
+    with pytest.raises(UnknownBackendError, match="unknown backend 'nope'.*ascend-npu"):
+        registry.resolve("nope")
+    with pytest.raises(UnknownBackendError, match="no such manifest"):
+        registry.resolve(str(tmp_path / "missing.toml"))

@@ -1,0 +1,49 @@
+"""The subprocess runner every stage relies on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from runner import procs
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    marker = tmp_path / "grandchild-alive"
+    grandchild = f"import time; time.sleep(5); open({str(marker)!r}, 'w')"
+    code = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {grandchild!r}]); time.sleep(60)"
+    start = time.monotonic()
+    result = procs.run([sys.executable, "-c", code], timeout=1)
+    assert result.timed_out and not result.ok
+    assert time.monotonic() - start < 10
+    time.sleep(6)
+    assert not marker.exists(), "the grandchild outlived the timeout"
+
+
+def test_output_goes_to_log_and_only_a_bounded_tail_is_kept(tmp_path):
+    log = tmp_path / "stage.log"
+    result = procs.run([sys.executable, "-c", "for i in range(200000): print('x' * 50, i)"],
+                       timeout=60, log=log, tail_bytes=4096)
+    assert result.ok
+    assert len(result.output_tail) <= 4096
+    assert result.output_truncated
+    assert "199999" in result.output_tail
+    assert log.stat().st_size > 200000 * 50
+    assert log.read_text().startswith("$ ")
+
+
+def test_missing_program_is_a_result_not_an_exception():
+    result = procs.run(["/nonexistent/tool"], timeout=5)
+    assert result.returncode == 127 and "/nonexistent/tool" in result.output_tail
+
+
+def test_lines_are_streamed_to_the_callback():
+    seen: list[str] = []
+    procs.run([sys.executable, "-c", "print('a'); print('b')"], timeout=30, on_line=seen.append)
+    assert [s.strip() for s in seen] == ["a", "b"]
+
+
+def test_stdin_closed_so_prompts_do_not_hang():
+    result = procs.run([sys.executable, "-c", "input()"], timeout=30)
+    assert result.returncode == 1 and "EOFError" in result.output_tail

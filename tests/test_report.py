@@ -1,0 +1,68 @@
+"""What `ootci run` prints: terminal progress, GitHub Actions folds, the summary."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import time
+
+from runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
+from runner.report import Reporter, markdown_summary
+
+
+def record() -> RunRecord:
+    return RunRecord(
+        run_id="demo-1", backend="demo", device="demo", torch=TorchInfo(spec="2.13.0", version="2.13.0+cpu",
+                                                                         git_version="cf30153c4c131c8164ee"),
+        started_at=dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc), status=Status.failed,
+        command="ootci run demo --torch 2.13.0",
+        stages=[StageResult(name="build", status=Status.passed, duration_s=1.5, summary="built | demo.whl"),
+                StageResult(name="autoload", status=Status.failed, summary="import torch failed",
+                            root_cause=RootCause(kind="exception", summary="OSError: libx.so: cannot open",
+                                                 hint="a shared library is missing")),
+                StageResult(name="smoke", status=Status.blocked, summary="blocked")],
+        problems=["expected failure 'x' matches no test"],
+    )
+
+
+def test_terminal_progress_ticks_while_a_stage_runs():
+    out = io.StringIO()
+    reporter = Reporter(out, github=False, summary_path="", interactive=True)
+    reporter.stage_started("demo", "build")
+    reporter.line("compiling kernels.cpp\n")
+    time.sleep(1.2)
+    reporter.stage_finished("demo", StageResult(name="build", status=Status.passed, duration_s=1.2, summary="ok"))
+    text = out.getvalue()
+    assert "\r\x1b[K  demo build" in text
+    assert "compiling kernels.cpp" in text
+    assert text.rstrip().endswith("✅ build        passed       1.2s  ok")
+
+
+def test_github_mode_folds_and_annotates():
+    out = io.StringIO()
+    reporter = Reporter(out, github=True, summary_path="")
+    reporter.stage_started("demo", "autoload")
+    reporter.line("probe output\n")
+    failed = record().stages[1]
+    reporter.stage_finished("demo", failed)
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == ["::group::ootci demo autoload", "probe output", "::endgroup::"]
+    assert lines[3] == ("::error title=ootci demo autoload failed::OSError: libx.so: cannot open "
+                        "(hint: a shared library is missing)")
+
+
+def test_annotation_escapes_newlines():
+    out = io.StringIO()
+    reporter = Reporter(out, github=True, summary_path="")
+    reporter.stage_started("demo", "build")
+    reporter.stage_finished("demo", StageResult(name="build", status=Status.failed, summary="a\nb 100%"))
+    assert "::error title=ootci demo build failed::a%0Ab 100%25" in out.getvalue()
+
+
+def test_markdown_summary_is_a_table():
+    text = markdown_summary(record())
+    assert "### ootci: demo ❌ failed" in text
+    assert "| build | ✅ passed | 1.5s | built \\| demo.whl |" in text
+    assert "| autoload | ❌ failed | 0.0s | OSError: libx.so: cannot open |" in text
+    assert "- expected failure 'x' matches no test" in text
+    assert "Reproduce: `ootci run demo --torch 2.13.0`" in text
