@@ -120,6 +120,27 @@ def test_push_without_any_remote_names_what_is_missing(tmp_path):
     assert "no --remote, no 'origin' and no $GITHUB_REPOSITORY" in result.stderr
 
 
+def test_pull_starts_an_empty_history_then_clones_what_was_pushed(tmp_path, bare_remote):
+    first = tmp_path / "first"
+    result = ootci("history", "pull", str(first), "--branch", "ootci-data", "--remote", str(bare_remote))
+    assert result.returncode == 0, result.stderr
+    assert "ootci-data does not exist yet" in result.stdout
+    write_run(first / "runs", "openreg-1")
+    assert ootci("history", "push", str(first), "--branch", "ootci-data").returncode == 0
+
+    second = tmp_path / "second"
+    result = ootci("history", "pull", str(second), "--branch", "ootci-data", "--remote", str(bare_remote))
+    assert result.returncode == 0, result.stderr
+    assert "cloned ootci-data" in result.stdout
+    assert (second / "runs" / "openreg-1" / "record.json").is_file()
+    write_run(second / "runs", "openreg-2")
+    assert ootci("history", "push", str(second), "--branch", "ootci-data").returncode == 0
+    assert "openreg-2/record.json" in git(bare_remote, "ls-tree", "-r", "--name-only", "ootci-data", "runs")
+
+    result = ootci("history", "pull", str(second), "--remote", str(bare_remote))
+    assert result.returncode == 8 and "exists and is not empty" in result.stderr
+
+
 def test_push_token_travels_in_environment_config_not_argv_or_git_config(monkeypatch):
     from runner.commands.history import _auth_env
 

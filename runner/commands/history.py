@@ -43,6 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--into", type=Path, required=True, metavar="DIR", help="the history directory")
     m.set_defaults(func=cmd_merge)
 
+    pl = hsub.add_parser("pull", help="clone the data branch, or start an empty history if it does not exist yet")
+    pl.add_argument("checkout", type=Path, help="directory to clone into (must not exist or be empty)")
+    pl.add_argument("--branch", default="ootci-data", help="branch to clone (default ootci-data)")
+    pl.add_argument("--remote", help="remote URL (default: $GITHUB_SERVER_URL/$GITHUB_REPOSITORY)")
+    pl.set_defaults(func=cmd_pull)
+
     pu = hsub.add_parser("push", help="commit a history checkout and push it to a branch")
     pu.add_argument("checkout", type=Path, help="git checkout of the data branch (created if it is not one)")
     pu.add_argument("--branch", default="ootci-data", help="branch to push to (default ootci-data)")
@@ -107,7 +113,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- push --------------------------------------------------------------------------
+# -- pull and push -----------------------------------------------------------------
 
 def _git(checkout: Path, *args: str, env: dict[str, str] | None = None,
          check: bool = True) -> subprocess.CompletedProcess:
@@ -125,6 +131,13 @@ def _git(checkout: Path, *args: str, env: dict[str, str] | None = None,
     return result
 
 
+def _default_remote() -> str:
+    server, repository = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
+    if server and repository:
+        return f"{server}/{repository}.git"
+    raise UsageError("history: no --remote, no 'origin' and no $GITHUB_REPOSITORY to use")
+
+
 def _remote_url(checkout: Path, remote: str | None) -> str:
     if remote:
         if "://" in remote or os.path.isabs(remote):
@@ -136,10 +149,7 @@ def _remote_url(checkout: Path, remote: str | None) -> str:
     found = _git(checkout, "remote", "get-url", "origin", check=False)
     if found.returncode == 0:
         return found.stdout.strip()
-    server, repository = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
-    if server and repository:
-        return f"{server}/{repository}.git"
-    raise UsageError("history push: no --remote, no 'origin' and no $GITHUB_REPOSITORY to push to")
+    return _default_remote()
 
 
 def _auth_env(url: str) -> dict[str, str]:
@@ -158,6 +168,28 @@ def _auth_env(url: str) -> dict[str, str]:
         env[f"GIT_CONFIG_KEY_{index}"] = f"http.{parts.scheme}://{parts.netloc}/.extraheader"
         env[f"GIT_CONFIG_VALUE_{index}"] = f"AUTHORIZATION: basic {basic}"
     return env
+
+
+def pull(checkout: Path, branch: str, remote: str | None) -> str:
+    """Clone the tip of `branch` into `checkout`; an empty repository if the branch is new."""
+    url = remote or _default_remote()
+    if checkout.exists() and any(checkout.iterdir()):
+        raise OutputError(f"history pull: {checkout} exists and is not empty")
+    checkout.mkdir(parents=True, exist_ok=True)
+    env = _auth_env(url)
+    heads = _git(checkout, "ls-remote", "--heads", url, branch, env=env)
+    if heads.stdout.strip():
+        # Only the tip: records are immutable, their history is not needed to add more.
+        _git(checkout, "clone", "-q", "--depth", "1", "--branch", branch, "--single-branch", url, ".", env=env)
+        return f"cloned {branch}"
+    _git(checkout, "init", "-q", "-b", branch)
+    _git(checkout, "remote", "add", "origin", url)
+    return f"{branch} does not exist yet: starting an empty history"
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    print(f"ootci: history {args.checkout}: {pull(args.checkout, args.branch, args.remote)}")
+    return 0
 
 
 def push(checkout: Path, branch: str, remote: str | None, message: str) -> str:

