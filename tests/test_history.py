@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
+from tests.support.cli import ootci
 
 STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
-
-
-def ootci(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=cwd, timeout=120)
 
 
 def write_run(out: Path, run_id: str, status: Status = Status.passed, backend: str = "openreg",

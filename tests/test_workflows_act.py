@@ -9,15 +9,12 @@ of the test session is reused through $OOTCI_CACHE, so torch is not installed ag
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from runner.models import RunRecord, Status
-from tests.support.act_harness import act_binary, copy_repository, run_act
+from tests.support.act_harness import act_binary, prepare, run_act
 
 pytestmark = [
     pytest.mark.slow,
@@ -32,15 +29,7 @@ TORCH = "2.13.0"  # the local wheel: never unpinned torch
 def act_setup(repo, torch_layer, tmp_path_factory):
     """A snapshot of the repository for act, and the Python that stands in for setup-python."""
     root = tmp_path_factory.mktemp("act")
-    workdir = copy_repository(repo, root / "repo")
-    python_home = root / "python"
-    # setup-python would provide a fresh toolcache Python; a fresh venv of this
-    # interpreter's base does the same job here.
-    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(python_home)], check=True)
-    env = {
-        "PATH": f"{python_home / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        "OOTCI_CACHE": os.environ["OOTCI_CACHE"],
-    }
+    workdir, env = prepare(repo, root)
     return workdir, root, env
 
 

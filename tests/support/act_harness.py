@@ -88,6 +88,22 @@ def remote_action_stand_ins(root: Path, stubs: Path) -> list[str]:
     return sorted(mappings.values())
 
 
+def prepare(repo: Path, root: Path) -> tuple[Path, dict[str, str]]:
+    """A snapshot of `repo` under `root`, and the environment act passes to its jobs.
+
+    A fresh venv put first on PATH stands in for setup-python: `setup` installs ootci
+    into it, exactly as it would into the toolcache Python on GitHub.
+    """
+    workdir = copy_repository(repo, root / "repo")
+    python_home = root / "python"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(python_home)], check=True)
+    env = {
+        "PATH": f"{python_home / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "OOTCI_CACHE": os.environ.get("OOTCI_CACHE", str(repo / ".cache" / "ootci")),
+    }
+    return workdir, env
+
+
 @dataclass
 class ActResult:
     returncode: int
@@ -116,3 +132,32 @@ def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], in
                                timeout=ACT_TIMEOUT_S, env={**os.environ, "NO_COLOR": "1"})
     log.write_text(completed.stdout)
     return ActResult(completed.returncode, completed.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m tests.support.act_harness WORKFLOW [INPUT=VALUE...] [--dir DIR]"""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m tests.support.act_harness",
+                                     description="Run one of this repository's workflows under act, offline.")
+    parser.add_argument("workflow", help="e.g. .github/workflows/nightly.yml or tests/workflows/caller.yml")
+    parser.add_argument("inputs", nargs="*", metavar="INPUT=VALUE", help="workflow_dispatch inputs")
+    parser.add_argument("--dir", type=Path, help="where the snapshot and $OOTCI_ACT_DIR go (default: a new temp dir)")
+    args = parser.parse_args(argv)
+    root = args.dir or Path(tempfile.mkdtemp(prefix="ootci-act-"))
+    root.mkdir(parents=True, exist_ok=True)
+    repo = Path(__file__).resolve().parents[2]
+    workdir, env = prepare(repo, root)
+    out = root / "out"
+    out.mkdir(exist_ok=True)
+    inputs = dict(item.split("=", 1) for item in args.inputs)
+    result = run_act(workdir, "workflow_dispatch", args.workflow, env={**env, "OOTCI_ACT_DIR": str(out)},
+                     inputs=inputs, log=root / "act.log", stubs=root / "stubs")
+    print(result.output[-4000:])
+    print(f"act exited {result.returncode}; full log {root / 'act.log'}; artifacts, history, site under {out}")
+    return result.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
