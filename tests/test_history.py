@@ -156,12 +156,12 @@ def test_summary_reports_the_worst_status_a_safe_artifact_name_and_a_table(tmp_p
     write_run(out, "ascend-npu-2", status=Status.crashed, backend="ascend-npu", trigger="pr", pr=123456)
     github_output, step_summary = tmp_path / "github_output", tmp_path / "step_summary"
 
-    result = ootci("summary", str(out), "--artifact", "ootci-vendor/ci/backend.toml:1", "--step-summary",
+    result = ootci("summary", str(out), "--artifact", "ootci-run-/vendor/ci/backend.toml:1", "--step-summary",
                    env={"GITHUB_OUTPUT": str(github_output), "GITHUB_STEP_SUMMARY": str(step_summary)})
 
     assert result.returncode == 0, result.stderr
     assert github_output.read_text().splitlines() == [
-        "status=crashed", "runs=2", "artifact=ootci-vendor-ci-backend.toml-1"]
+        "status=crashed", "runs=2", "artifact=ootci-run-vendor-ci-backend.toml-1"]
     table = step_summary.read_text()
     assert table == result.stdout
     assert "| ascend-npu | 💥 crashed | 2.13.0 | pr #123456 | autoload: OSError: libhccl.so: cannot open |" in table

@@ -94,3 +94,44 @@ def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboar
     assert (site / "index.html").is_file()
     assert record.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.html")) or \
         record.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.json"))
+
+
+BROKEN_MANIFEST = """\
+name = "broken"
+description = "A backend whose build fails, for the failure path of backend.yml"
+device = "broken"
+distribution = "torch_broken"
+import_name = "torch_broken"
+entry_point = "torch_broken = torch_broken:_autoload"
+capabilities = []
+
+[source]
+path = "pkg"
+"""
+
+
+def test_backend_workflow_fails_the_job_but_still_publishes_the_record(act_setup, tmp_path):
+    """A vendor's manifest given by path, whose build breaks: red job, record kept."""
+    workdir, root, env = act_setup
+    vendor = tmp_path / "vendor"
+    (vendor / "pkg").mkdir(parents=True)
+    (vendor / "backend.toml").write_text(BROKEN_MANIFEST)
+    (vendor / "pkg" / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n')
+    (vendor / "pkg" / "setup.py").write_text('raise SystemExit("this backend does not build, on purpose")\n')
+    ootci_act_dir = act_dir(root, "broken")
+
+    result = run_act(workdir, "workflow_dispatch", "tests/workflows/caller.yml",
+                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir)},
+                     inputs={"backend": str(vendor / "backend.toml"), "torch": TORCH, "suites": "smoke"},
+                     log=tmp_path / "act.log", stubs=root / "stubs")
+
+    assert result.returncode != 0, "a failed build must fail the job"
+    assert_no_gated_action_ran(result.output)
+    assert "::error title=ootci broken build failed::" in result.output or "ootci broken build failed" in result.output
+    artifacts = list((ootci_act_dir / "artifacts").iterdir())
+    assert [a.name for a in artifacts] == [f"ootci-run-{str(vendor / 'backend.toml').strip('/').replace('/', '-')}-1"]
+    [record] = records_under(artifacts[0])
+    assert record.backend == "broken" and record.status is Status.failed
+    stages = {s.name: s.status for s in record.stages}
+    assert stages["build"] is Status.failed and stages["install"] is Status.blocked

@@ -39,7 +39,7 @@ def worst_status(records: list[RunRecord]) -> str:
 
 def artifact_name(text: str) -> str:
     """A name upload-artifact accepts: no slashes, colons, quotes or other specials."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    name = re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._-]+", "-", text)).strip("-.")
     return name[:200] or "ootci"
 
 
