@@ -135,3 +135,23 @@ def test_backend_workflow_fails_the_job_but_still_publishes_the_record(act_setup
     assert record.backend == "broken" and record.status is Status.failed
     stages = {s.name: s.status for s in record.stages}
     assert stages["build"] is Status.failed and stages["install"] is Status.blocked
+
+
+def test_pytorch_pr_workflow_refuses_a_payload_that_is_not_a_number(act_setup, tmp_path):
+    """The relay's payload is untrusted: it reaches the shell through env and stops there."""
+    workdir, root, env = act_setup
+    marker = tmp_path / "injected"
+    payload = tmp_path / "event.json"
+    payload.write_text(json.dumps({"action": "pytorch-pr",
+                                   "client_payload": {"pr_number": f"1$(touch {marker})\n::set-output name=pr::1"}}))
+
+    result = run_act(workdir, "repository_dispatch", ".github/workflows/pytorch-pr.yml",
+                     env={**env, "OOTCI_ACT_DIR": str(tmp_path)}, inputs={}, log=tmp_path / "act.log",
+                     stubs=root / "stubs", event_payload=payload)
+
+    assert result.returncode != 0
+    assert "the PR number is not a number of at most 8 digits" in result.output
+    assert not marker.exists()
+    assert "::set-output:: matrix=" not in result.output and "::set-output:: pr=" not in result.output
+    # The build never started.
+    assert "Run Main ./actions/get-torch" not in result.output
