@@ -14,7 +14,9 @@ from .errors import OotciError
 COMMANDS = [
     "registry",
     "run",
-    "history", "summary",
+    "torch",
+    "history",
+    "summary",
 ]
 
 

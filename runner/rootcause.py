@@ -18,6 +18,9 @@ _CHAIN_LINKS = (
 )
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|error)?)(?::\s?(.*))?$")
 
+# pip -v prints this right after a failed build backend's output, at the same indentation.
+_PIP_SUBPROCESS_ERROR = "error: subprocess-exited-with-error"
+
 # (pattern in the root cause text, hint). First match wins.
 HINTS: list[tuple[re.Pattern, str]] = [
     (re.compile(r"lib[\w+.-]*\.so[\w.]*: cannot open shared object file"),
@@ -70,7 +73,7 @@ def _exception_of(lines: list[str], start: int, end: int) -> tuple[str, str] | N
             j = i + 1
             while j < end and lines[j].strip() and _indent(lines[j]) == base:
                 nxt = lines[j].strip()
-                if nxt.startswith(_CHAIN_LINKS) or nxt.startswith("Traceback") or nxt.startswith("[end of output]"):
+                if nxt.startswith(_CHAIN_LINKS + ("Traceback", "[end of output]", _PIP_SUBPROCESS_ERROR)):
                     break
                 message += " " + nxt
                 j += 1
