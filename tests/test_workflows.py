@@ -22,8 +22,8 @@ BIN = Path(sys.executable).parent
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 ACTIONS = sorted((REPO / "actions").glob("*/action.yml"))
 EXAMPLE = REPO / "examples" / "vendor-workflow.yml"
-CALLER = REPO / "tests" / "workflows" / "caller.yml"
-ALL_WORKFLOWS = [*WORKFLOWS, CALLER, EXAMPLE]
+CALLERS = sorted((REPO / "tests" / "workflows").glob("*.yml"))
+ALL_WORKFLOWS = [*WORKFLOWS, *CALLERS, EXAMPLE]
 PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
 SELF = re.compile(r"^\$/(.+)$")
 
@@ -71,7 +71,7 @@ def test_actionlint_catches_an_expression_in_run():
 
 
 def test_zizmor_offline_reports_nothing():
-    result = subprocess.run([tool("zizmor"), "--offline", "--no-progress", ".", *relative([CALLER, EXAMPLE])],
+    result = subprocess.run([tool("zizmor"), "--offline", "--no-progress", ".", *relative([*CALLERS, EXAMPLE])],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "No findings to report" in result.stdout
@@ -125,6 +125,15 @@ def test_no_expression_inside_run_and_no_persisted_credentials(path):
             assert "${{" not in step["run"], f"{path.name}: an expression inside run: {step['run']!r}"
         if step.get("uses", "").startswith("actions/checkout@"):
             assert step.get("with", {}).get("persist-credentials") is False, f"{path.name}: checkout keeps credentials"
+
+
+@pytest.mark.parametrize("path", [*ALL_WORKFLOWS, *ACTIONS], ids=lambda p: str(p.relative_to(REPO)))
+def test_remote_actions_are_skipped_under_act(path):
+    # act cannot fetch them offline; it copies the tree itself for a checkout of this repository.
+    for step in steps_of(path):
+        uses = step.get("uses", "")
+        if uses and not uses.startswith(("$/", "actions/checkout@")):
+            assert "!env.ACT" in str(step.get("if", "")), f"{path.name}: {uses} runs under act"
 
 
 @pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))

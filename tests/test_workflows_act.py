@@ -96,6 +96,21 @@ def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboar
         record.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.json"))
 
 
+def test_build_torch_workflow_acquires_a_pinned_wheel(act_setup, tmp_path):
+    workdir, root, env = act_setup
+    result = run_act(workdir, "workflow_dispatch", "tests/workflows/torch-caller.yml",
+                     env={**env, "OOTCI_ACT_DIR": str(tmp_path)}, inputs={"torch": TORCH},
+                     log=tmp_path / "act.log", stubs=root / "stubs")
+
+    assert result.returncode == 0, result.output[-6000:]
+    assert_no_gated_action_ran(result.output)
+    wheel = f"torch-{TORCH}+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert f"build-torch.yml outputs artifact=torch-wheel-1 wheel={wheel}" in result.output
+    assert (tmp_path / "artifacts" / "torch-wheel-1" / wheel).stat().st_size > 100_000_000
+    # ccache is restored only for source builds.
+    assert "actions/cache" not in "".join(result.job_lines("Run Main"))
+
+
 BROKEN_MANIFEST = """\
 name = "broken"
 description = "A backend whose build fails, for the failure path of backend.yml"
