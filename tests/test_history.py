@@ -67,10 +67,13 @@ def test_merge_skips_records_that_do_not_load_or_name_another_run(tmp_path):
     assert list((tmp_path / "history").iterdir()) == []
 
 
-def test_merge_of_a_missing_source_is_one_line_and_exit_2(tmp_path):
+def test_merge_of_a_missing_source_is_one_line_and_exit_2_unless_missing_is_ok(tmp_path):
     result = ootci("history", "merge", str(tmp_path / "nowhere"), "--into", str(tmp_path / "history"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"ootci: history merge: {tmp_path / 'nowhere'} is not a directory"
+    # After a run in which no backend job uploaded anything, the history still builds.
+    result = ootci("history", "merge", str(tmp_path / "nowhere"), "--into", str(tmp_path / "history"), "--missing-ok")
+    assert result.returncode == 0 and "0 added" in result.stdout
 
 
 # -- push --------------------------------------------------------------------------

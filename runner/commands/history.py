@@ -41,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("sources", nargs="+", type=Path, metavar="SOURCE",
                    help="directories searched for <run_id>/record.json (e.g. downloaded artifacts)")
     m.add_argument("--into", type=Path, required=True, metavar="DIR", help="the history directory")
+    m.add_argument("--missing-ok", action="store_true",
+                   help="a SOURCE that does not exist holds no runs (e.g. no job uploaded an artifact)")
     m.set_defaults(func=cmd_merge)
 
     pl = hsub.add_parser("pull", help="clone the data branch, or start an empty history if it does not exist yet")
@@ -72,11 +74,13 @@ def find_runs(source: Path) -> list[tuple[Path, RunRecord | None]]:
     return runs
 
 
-def merge(sources: list[Path], into: Path) -> dict[str, list[str]]:
+def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str, list[str]]:
     """Copy new run directories into `into`; returns run ids by what happened to them."""
     outcome: dict[str, list[str]] = {"added": [], "present": [], "rejected": []}
     into.mkdir(parents=True, exist_ok=True)
     for source in sources:
+        if missing_ok and not source.exists():
+            continue
         if not source.is_dir():
             raise UsageError(f"history merge: {source} is not a directory")
         for run_dir, record in find_runs(source):
@@ -105,7 +109,7 @@ def merge(sources: list[Path], into: Path) -> dict[str, list[str]]:
 def cmd_merge(args: argparse.Namespace) -> int:
     if args.into.exists() and not args.into.is_dir():
         raise OutputError(f"--into: {args.into} exists and is not a directory")
-    outcome = merge(args.sources, args.into)
+    outcome = merge(args.sources, args.into, missing_ok=args.missing_ok)
     for run_dir in outcome["rejected"]:
         print(f"ootci: history: skipped {run_dir}: record.json does not load or names another run")
     print(f"ootci: history {args.into}: {len(outcome['added'])} added, "
