@@ -66,7 +66,7 @@ def reproduce_command(manifest: Manifest, options: RunOptions) -> str:
     return shlex.join(argv)
 
 
-def _skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | None:
+def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | None:
     if stage not in SUITE_STAGES:
         return None
     if stage not in options.suites:
@@ -134,7 +134,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
         for i, name in enumerate(names):
             if blocker:
                 result = StageResult(name=name, status=Status.blocked, summary=f"blocked: stage '{blocker}' did not pass")
-            elif reason := _skip_reason(manifest, options, name):
+            elif reason := skip_reason(manifest, options, name):
                 result = StageResult(name=name, status=Status.skipped, summary=reason)
             else:
                 reporter.stage_started(manifest.name, name)

@@ -179,6 +179,10 @@ def test_github_actions_output(toy_runs, tmp_path):
         (["--python", "/nonexistent/python"], 2, "--python: /nonexistent/python is not an interpreter"),
         (["--torch", "installed"], 2, "--torch installed needs --python"),
         (["--suites", "smoke,fuzz"], 2, "unknown suite 'fuzz'"),
+        (["--torch", "nightyl"], 5, "unknown torch spec 'nightyl'"),
+        (["--torch", "/nope/torch-2.13.0-cp311-cp311-linux_x86_64.whl"], 5, "torch wheel not found: /nope/"),
+        (["--torch", "nightly", "--index-url", "http://127.0.0.1:9/simple"], 6,
+         "cannot reach package index http://127.0.0.1:9/simple"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, code, words):
@@ -188,6 +192,15 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, code, words):
     assert result.returncode == code, result.stderr
     assert words in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    result = ootci("run", manifest("toy"), "--torch", "2.13.0", "--suites", "none", "--out", str(out), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "pip install torch==2.13.0" in result.stdout
+    assert "build        run" in result.stdout
     assert not out.exists()
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import registry
+from .. import registry, torch_acquire, torchspec
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError, UsageError
 from ..pipeline import Interrupted, interrupt_handlers, run_backend
 from ..report import Reporter
@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("out/runs"), help="directory for run records (default out/runs)")
     p.add_argument("--python", type=Path, help="use this existing environment under test instead of a fresh venv")
     p.add_argument("--suites", default="smoke,integration", help="comma-separated suites to run: smoke, integration or none (default: both)")
-    p.add_argument("--index-url", help="package index for nightly torch")
+    p.add_argument("--index-url", help="package index for nightly torch (default $OOTCI_TORCH_INDEX or PyTorch's)")
+    p.add_argument("--torch-repo", help="PyTorch git repository for git:/pr: specs (default $OOTCI_TORCH_REPO or GitHub)")
+    p.add_argument("--dry-run", action="store_true", help="print what would run (the torch plan, the stages) and stop")
     p.add_argument("--trigger", default="manual", choices=["manual", "nightly", "pr"])
     p.add_argument("--pr", type=int, help="PyTorch PR number the run belongs to")
     p.add_argument("--jobs", type=int, help="parallel build jobs (MAX_JOBS)")
@@ -45,16 +47,46 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         raise UsageError("--torch installed needs --python (the environment that has it)")
     if python is not None and torch != "installed":
         raise UsageError("--python uses the torch already installed there: drop --torch or pass --torch installed")
+    spec = torchspec.parse(torch)
     if args.out.exists() and not args.out.is_dir():
         raise OutputError(f"--out: {args.out} exists and is not a directory")
-    return RunOptions(torch=torch, out=args.out, python=python, index_url=args.index_url, suites=suites,
-                      trigger=args.trigger, pr=args.pr, jobs=args.jobs, cache=args.cache)
+    return RunOptions(torch=spec.raw, out=args.out, python=python, index_url=args.index_url, suites=suites,
+                      trigger=args.trigger, pr=args.pr, jobs=args.jobs, cache=args.cache,
+                      torch_repo=args.torch_repo, dry_run=args.dry_run)
+
+
+def preflight(options: RunOptions) -> torch_acquire.TorchPlan:
+    """Resolve the torch read-only (index page, git ls-remote): an unreachable index
+    or a missing PR is a one-line error before anything is written under --out."""
+    spec = torchspec.parse(options.torch)
+    return torch_acquire.plan(spec, dry_run=True, index_url=options.index_url,
+                              python=options.python if spec.kind == "installed" else None,
+                              cache=options.cache, jobs=options.jobs, torch_repo=options.torch_repo)
+
+
+def print_plan(manifests, options: RunOptions, plan: torch_acquire.TorchPlan) -> None:
+    from ..pipeline import skip_reason
+    from ..stages import STAGES
+
+    print(f"torch {options.torch}:")
+    for step in plan.steps:
+        print(f"  {step}")
+    for m in manifests:
+        print(f"{m.name} ({m.device}) from {m.path}:")
+        for name in STAGES:
+            reason = skip_reason(m, options, name)
+            print(f"  {name:<12} {'skip: ' + reason if reason else 'run'}")
+    print(f"records: {options.out}/<run_id>/record.json")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     # Everything that can be wrong with the input is checked before anything is written.
     manifests = [registry.resolve(name) for name in args.names]
     options = options_from(args)
+    plan = preflight(options)
+    if options.dry_run:
+        print_plan(manifests, options, plan)
+        return 0
     reporter = Reporter()
     failed = False
     with interrupt_handlers():

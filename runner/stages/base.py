@@ -25,6 +25,7 @@ class RunOptions:
     out: Path = Path("out")
     python: Path | None = None
     index_url: str | None = None
+    torch_repo: str | None = None
     suites: tuple[str, ...] = ("smoke", "integration")
     trigger: str = "manual"
     pr: int | None = None

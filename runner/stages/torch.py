@@ -2,38 +2,38 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .. import envs
+from .. import envs, torch_acquire, torchspec
 from ..models import Status, StageResult, TorchInfo
-from .base import RunContext
+from ..torch_source import TorchBuildError
+from .base import RunContext, config_failure
 
 NAME = "torch"
 
 
-def _install_plan(spec: str) -> tuple[list[str], object, str]:
-    # Replaced by runner.torch_acquire once spec resolution lands.
-    if spec.endswith(".whl"):
-        return [str(Path(spec).resolve())], ("wheel", str(Path(spec).resolve())), spec
-    return [f"torch=={spec}"], ("version", spec), f"torch=={spec}"
-
-
 def run(ctx: RunContext) -> StageResult:
-    spec = ctx.options.torch
-    if ctx.options.python is not None:
-        info = envs.torch_info(ctx.options.python)
-        ctx.record.torch = TorchInfo(spec=spec, source=str(ctx.options.python), **info)
-        return StageResult(name=NAME, status=Status.passed,
-                           summary=f"torch {info['version']} already in {ctx.options.python}")
-    install_args, key, source = _install_plan(spec)
-    ctx.torch_install_args = install_args
-    layer, reused = envs.torch_layer(install_args, key, log=ctx.log_path(),
+    spec = torchspec.parse(ctx.options.torch)
+    installed = spec.kind == "installed"
+    try:
+        plan = torch_acquire.plan(spec, index_url=ctx.options.index_url,
+                                  python=ctx.options.python if installed else None, cache=ctx.cache,
+                                  jobs=ctx.options.jobs, torch_repo=ctx.options.torch_repo, log=ctx.log_path())
+    except TorchBuildError as exc:
+        return StageResult(name=NAME, status=Status.failed, summary=exc.message, root_cause=exc.cause)
+    if not plan.needs_install:
+        python = ctx.python
+        info = envs.torch_info(python)
+        ctx.record.torch = TorchInfo(spec=spec.raw, source=str(python), **info)
+        return StageResult(name=NAME, status=Status.passed, summary=f"torch {info['version']} already in {python}")
+    ctx.torch_install_args = plan.install_args
+    layer, reused = envs.torch_layer(plan.install_args, plan.key, log=ctx.log_path(),
                                      timeout=ctx.manifest.timeouts.torch, cache=ctx.cache)
     ctx.torch_env = layer
     info = envs.torch_info(layer.python)
-    ctx.record.torch = TorchInfo(spec=spec, source=source, **info)
+    ctx.record.torch = TorchInfo(spec=spec.raw, source=plan.source, **info)
+    if plan.commit and info.get("git_version") != plan.commit:
+        return config_failure(NAME, f"the torch installed reports commit {info.get('git_version')}, "
+                                    f"but {spec.raw} is {plan.commit}")
     how = "reused cached layer" if reused else "installed"
     commit = (info.get("git_version") or "")[:12]
-    return StageResult(name=NAME, status=Status.passed,
-                       summary=f"torch {info['version']} ({commit}) {how}",
-                       data={"layer": str(layer.root), "reused": reused})
+    return StageResult(name=NAME, status=Status.passed, summary=f"torch {info['version']} ({commit}) {how}",
+                       data={"layer": str(layer.root), "reused": reused, "key": plan.key})
