@@ -15,6 +15,7 @@ COMMANDS = [
     "registry",
     "run",
     "torch",
+    "verify",
     "history",
     "summary",
 ]
