@@ -127,6 +127,26 @@ def test_build_torch_workflow_acquires_a_pinned_wheel(act_setup, tmp_path):
     assert "actions/cache" not in "".join(result.job_lines("Run Main"))
 
 
+def test_build_backend_and_verify_autoload_actions(act_setup, make_env, tmp_path):
+    """The two actions a vendor uses in a workflow of their own, on the toy backend."""
+    workdir, root, env = act_setup
+    toy = "tests/fixtures/registry/toy"
+    installed = make_env(str(REPO / toy / "pkg"), name="toy")
+    result = run_act(workdir, "workflow_dispatch", "tests/workflows/actions-caller.yml",
+                     env={**env, "OOTCI_ACT_DIR": str(tmp_path)},
+                     inputs={"backend": f"{toy}/backend.toml", "torch": TORCH, "python": str(installed.python)},
+                     log=tmp_path / "act.log", stubs=root / "stubs")
+
+    assert result.returncode == 0, result.output[-6000:]
+    assert_no_gated_action_ran(result.output)
+    # build-backend: every stage but the suites.
+    assert "ootci: toy: passed" in result.output
+    assert any("autoload" in line and "passed" in line for line in result.job_lines("✅ autoload"))
+    # verify-autoload on an environment of the caller's.
+    assert "import torch loaded torch_toy without an explicit import" in result.output
+    assert "Success - Main ./actions/verify-autoload" in result.output
+
+
 BROKEN_MANIFEST = """\
 name = "broken"
 description = "A backend whose build fails, for the failure path of backend.yml"
