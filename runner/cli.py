@@ -18,6 +18,8 @@ COMMANDS = [
     "verify",
     "test",
     "dashboard",
+    "history",
+    "summary",
 ]
 
 
