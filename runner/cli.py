@@ -15,7 +15,11 @@ COMMANDS = [
     "registry",
     "run",
     "torch",
+    "verify",
+    "test",
     "dashboard",
+    "history",
+    "summary",
 ]
 
 

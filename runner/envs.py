@@ -90,12 +90,14 @@ def pip_argv(env: Env, *args: str) -> list[str]:
     return procs.python_argv(env.python, "-m", "pip", "--disable-pip-version-check", "--no-input", *args)
 
 
-def create_venv(root: Path, *, base_python: str | None = None, log: Path | None = None, timeout: float = 600) -> Env:
+def create_venv(root: Path, *, base_python: str | None = None, log: Path | None = None, timeout: float = 600,
+                with_pip: bool = True) -> Env:
     """A fresh venv at root (anything already there is removed)."""
     if root.exists():
         shutil.rmtree(root)
     root.parent.mkdir(parents=True, exist_ok=True)
-    result = procs.run([base_python or sys.executable, "-m", "venv", root], timeout=timeout, log=log)
+    argv = [base_python or sys.executable, "-m", "venv", root] + ([] if with_pip else ["--without-pip"])
+    result = procs.run(argv, timeout=timeout, log=log)
     if not result.ok:
         raise EnvironmentError_(f"could not create a virtual environment at {root}: {result.output_tail.strip()[-300:]}")
     return Env(root)
@@ -150,7 +152,9 @@ def _pip_failure(what: str, result: procs.ProcResult) -> str:
 
 def layered_env(layer: Env, root: Path) -> Env:
     """A fresh venv at root that sees the torch layer's packages through a .pth file."""
-    env = create_venv(root)
+    # No pip of its own (ensurepip is most of a venv's creation time): `python -m pip`
+    # finds the layer's pip through the .pth file and installs into this venv.
+    env = create_venv(root, with_pip=False)
     (env.site_packages / PTH_NAME).write_text(os.fspath(layer.site_packages) + "\n")
     return env
 

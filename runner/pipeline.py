@@ -71,8 +71,8 @@ def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | No
         return None
     if stage not in options.suites:
         return "not selected (--suites)"
-    if not getattr(manifest.suites, stage):
-        return "switched off in the manifest ([suites])"
+    if not getattr(manifest.suites, stage) and not (stage == "integration" and manifest.suites.vendor):
+        return "switched off in the manifest ([suites])"  # vendor suites run in the integration stage
     return None
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 TAIL_BYTES = 64 * 1024
+CHUNK_BYTES = 64 * 1024
+LINE_BYTES = 4096
 
 
 @dataclass
@@ -112,19 +114,30 @@ def run(
     with _live_lock:
         _live.add(proc)
 
-    def pump() -> None:
+    def keep(chunk: bytes) -> None:
         nonlocal tail_size, truncated
+        tail.append(chunk)
+        tail_size += len(chunk)
+        while tail_size > tail_bytes and len(tail) > 1:
+            tail_size -= len(tail.popleft())
+            truncated = True
+
+    def pump() -> None:
+        # Chunks, not lines: a child that prints gigabytes without a newline must
+        # not be held in memory. Lines are reassembled (bounded) for on_line only.
         assert proc.stdout is not None
-        for line in iter(proc.stdout.readline, b""):
+        partial = b""
+        while chunk := proc.stdout.read1(CHUNK_BYTES):
             if log_file:
-                log_file.write(line)
-            tail.append(line)
-            tail_size += len(line)
-            while tail_size > tail_bytes and len(tail) > 1:
-                tail_size -= len(tail.popleft())
-                truncated = True
+                log_file.write(chunk)
+            keep(chunk)
             if on_line:
-                on_line(line.decode("utf-8", "replace"))
+                *lines, partial = (partial + chunk).split(b"\n")
+                for line in lines:
+                    on_line(line.decode("utf-8", "replace") + "\n")
+                partial = partial[-LINE_BYTES:]
+        if on_line and partial:
+            on_line(partial.decode("utf-8", "replace"))
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -161,9 +174,11 @@ def run(
         if timed_out:
             log_file.write(f"\n[ootci] killed after {timeout:g} s time limit\n".encode())
         log_file.close()
-    text = b"".join(tail).decode("utf-8", "replace")
-    if len(text) > tail_bytes:
-        text = text[-tail_bytes:]
+    raw = b"".join(tail)
+    if len(raw) > tail_bytes:
+        raw = raw[-tail_bytes:]
+        truncated = True
+    text = raw.decode("utf-8", "replace")
     return ProcResult(argv, proc.returncode, duration, timed_out, text, timeout, log, truncated)
 
 

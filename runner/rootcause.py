@@ -35,6 +35,20 @@ HINTS: list[tuple[re.Pattern, str]] = [
     (re.compile(r"SIGSEGV"), "the process crashed in native code: run it under gdb or with faulthandler"),
     (re.compile(r"SIGABRT"), "native code aborted (an assertion or std::terminate)"),
     (re.compile(r"time limit"), "the process hung: a deadlock or a wait on hardware that is not there"),
+    (re.compile(r"^SystemExit"), "the backend calls sys.exit() while it is imported: raise an exception instead"),
+    (re.compile(r"exited with code .* during import"),
+     "the backend ends the interpreter while it is imported (sys.exit or os._exit)"),
+    (re.compile(r"is not linked with support for|PrivateUse1HooksInterface|"
+                r"Could not run 'aten::[\w.]+' with arguments from the 'PrivateUse1' backend"),
+     "no tensor support: the backend registers no allocator or kernels for its device"),
+    (re.compile(r"device type at start of device string"),
+     "the device name is not registered: the backend did not run torch.utils.rename_privateuse1_backend"),
+    (re.compile(r"declares no entry point"),
+     "declare `<name> = <module>:<function>` in group torch.backends (see the autoload tutorial)"),
+    (re.compile(r"not loaded by .import torch."),
+     "torch did not load the backend: its entry point is missing or another one failed first"),
+    (re.compile(r"loaded the backend although autoload is off"),
+     "the backend is imported by something else (a .pth file or sitecustomize): autoload=0 must not load it"),
 ]
 
 
@@ -103,10 +117,17 @@ def innermost_exception(output: str) -> tuple[str, str] | None:
     return None
 
 
-def from_proc(result: ProcResult, *, what: str = "process", culprit: str | None = None) -> RootCause | None:
-    """None when the process succeeded."""
+def from_proc(result: ProcResult, *, what: str = "process", culprit: str | None = None,
+              code_prefixes: list[str] | None = None) -> RootCause | None:
+    """None when the process succeeded.
+
+    For a hang or a fatal signal, a faulthandler stack dump in the output (the probes
+    arm one) adds where it happened, preferring frames under `code_prefixes`.
+    """
+    where = where_stuck(result.output_tail, code_prefixes) if (result.timed_out or result.signal_name) else None
+    at = f" at {where}" if where else ""
     if result.timed_out:
-        summary = f"{what} exceeded its {result.timeout_s:g} s time limit and was killed"
+        summary = f"{what} exceeded its {result.timeout_s:g} s time limit and was killed{at}"
         return RootCause(kind="timeout", summary=summary, timeout_s=result.timeout_s,
                          hint=hint_for("time limit"), culprit=culprit)
     if result.returncode == 0:
@@ -114,7 +135,7 @@ def from_proc(result: ProcResult, *, what: str = "process", culprit: str | None 
     exc = innermost_exception(result.output_tail)
     signame = result.signal_name
     if signame:
-        summary = f"{what} was killed by {signame}"
+        summary = f"{what} was killed by {signame}{at}"
         if exc:
             summary += f" after {exc[0]}: {exc[1]}"
         return RootCause(kind="signal", summary=summary, signal=signame, exit_code=result.returncode,
@@ -128,3 +149,80 @@ def from_proc(result: ProcResult, *, what: str = "process", culprit: str | None 
     summary = f"{what} exited with code {result.returncode}" + (f": {last[:300]}" if last else "")
     return RootCause(kind="exit_code", summary=summary, exit_code=result.returncode,
                      hint=hint_for(result.output_tail), culprit=culprit)
+
+
+# torch wraps every failing hook as: Failed to load the backend extension: <entry point name>. You can ...
+_WRAPPED = re.compile(r"Failed to load the backend extension: (.+?)\. You can disable")
+# faulthandler: "Current thread 0x... (most recent call first):" / "Thread 0x..." then '  File "...", line N in f'
+_FAULT_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ .*most recent call first\):", re.M)
+_FAULT_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+
+
+def wrapped_entry_point(message: str) -> str | None:
+    """The entry point named by torch's `Failed to load the backend extension` wrapper."""
+    m = _WRAPPED.search(message or "")
+    return m.group(1) if m else None
+
+
+def stack_frames(output: str) -> list[list[str]]:
+    """Each thread faulthandler dumped, innermost frame first, as 'file:line in function'."""
+    threads = []
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if not _FAULT_HEADER.match(line):
+            continue
+        frames = []
+        for nxt in lines[i + 1:]:
+            m = _FAULT_FRAME.match(nxt)
+            if not m:
+                break
+            frames.append(f"{m.group(1)}:{m.group(2)} in {m.group(3)}")
+        threads.append(frames)
+    return threads
+
+
+def where_stuck(output: str, prefixes: list[str] | None = None) -> str | None:
+    """The innermost frame of the last stack dump, preferring frames inside one of `prefixes`.
+
+    faulthandler prints the dump when the probe is about to be killed for a hang and
+    when it dies of a fatal signal; that frame says where it hung or crashed.
+    """
+    threads = stack_frames(output)
+    if not threads:
+        return None
+    for frames in reversed(threads):
+        for frame in frames:
+            if prefixes and any(frame.startswith(p) for p in prefixes):
+                return frame
+    first = next((frames for frames in reversed(threads) if frames), None)
+    return first[0] if first else None
+
+
+def from_chain(chain: list[dict], *, what: str = "import", culprit: str | None = None,
+               where: str | None = None) -> RootCause:
+    """A RootCause from a probe's exception chain (outermost first): the innermost exception wins.
+
+    A SystemExit becomes an exit-code cause: the interpreter would have ended there.
+    """
+    inner = chain[-1]
+    exc_type = inner.get("type") or "Exception"
+    message = (inner.get("message") or "").strip()
+    if culprit is None:
+        culprit = next((n for n in (wrapped_entry_point(c.get("message", "")) for c in chain) if n), None)
+    frames = [f for f in inner.get("frames", []) if not f.startswith("<frozen")]
+    where = where or (frames[-1] if frames else None)
+    if exc_type == "SystemExit":
+        code = inner.get("exit_code", 1)
+        summary = f"the interpreter exited with code {code} during {what} (sys.exit)"
+        if where:
+            summary += f" at {where}"
+        return RootCause(kind="exit_code", summary=summary[:500], exception_type=exc_type, message=message[:2000],
+                         exit_code=code, hint=hint_for(f"SystemExit: {message}"), culprit=culprit)
+    summary = f"{exc_type}: {message}" if message else exc_type
+    return RootCause(kind="exception", summary=summary[:500], exception_type=exc_type, message=message[:2000],
+                     hint=hint_for(summary) or hint_for(f"{exc_type}: {message}"), culprit=culprit)
+
+
+def missing(summary: str, *, culprit: str | None = None, hint: str | None = None) -> RootCause:
+    """Something the contract requires is absent (an entry point, a module, an attribute)."""
+    return RootCause(kind="missing", summary=summary[:500], hint=hint or hint_for(summary), culprit=culprit)

@@ -34,7 +34,7 @@ def torch_layer():
     return env
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def make_env(torch_layer, tmp_path_factory):
     """make_env(*pip_args) -> Env: a fresh venv over the torch layer with pip_args installed."""
     from runner import envs, procs

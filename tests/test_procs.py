@@ -47,3 +47,11 @@ def test_lines_are_streamed_to_the_callback():
 def test_stdin_closed_so_prompts_do_not_hang():
     result = procs.run([sys.executable, "-c", "input()"], timeout=30)
     assert result.returncode == 1 and "EOFError" in result.output_tail
+
+
+def test_one_enormous_line_stays_bounded():
+    result = procs.run([sys.executable, "-c", "import sys; sys.stdout.write('y' * 50_000_000)"],
+                       timeout=60, tail_bytes=1000, on_line=lambda line: None)
+    assert result.ok
+    assert len(result.output_tail) == 1000
+    assert result.output_truncated

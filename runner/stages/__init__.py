@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import build, install
+from . import autoload, build, install, integration, smoke
 from . import torch as torch_stage
 from .base import RunContext, RunOptions, Stage
 
@@ -10,6 +10,9 @@ STAGES: dict[str, Stage] = {
     torch_stage.NAME: torch_stage,
     build.NAME: build,
     install.NAME: install,
+    autoload.NAME: autoload,
+    smoke.NAME: smoke,
+    integration.NAME: integration,
 }
 
 # Stages that run test suites: `--suites` and the manifest's [suites] switch them off.

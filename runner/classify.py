@@ -1,0 +1,64 @@
+"""From raw test outcomes to what a run reports: expected failures, flaky, failing.
+
+A manifest's `expected_failures` entries name a test id exactly, or an fnmatch
+pattern of ids; a pattern may start with `<suite>::` to apply to one suite only. An
+id is compared for equality first, because pytest ids contain `[...]`, which fnmatch
+reads as a character class.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from .manifest import ExpectedFailure, Manifest
+from .models import Outcome, TestResult
+
+# Outcomes of a test that did not pass: retried, and turned into xfailed when expected.
+NOT_PASSING = frozenset({Outcome.failed, Outcome.error, Outcome.timeout, Outcome.crashed})
+
+
+def matches(entry: ExpectedFailure, suite: str, test_id: str) -> bool:
+    for candidate in (test_id, f"{suite}::{test_id}"):
+        if candidate == entry.test or fnmatchcase(candidate, entry.test):
+            return True
+    return False
+
+
+def expected_failure(manifest: Manifest, suite: str, test_id: str) -> ExpectedFailure | None:
+    return next((e for e in manifest.expected_failures if matches(e, suite, test_id)), None)
+
+
+def _reason(entry: ExpectedFailure) -> str:
+    return entry.reason + (f" ({entry.link})" if entry.link else "")
+
+
+def apply_expected(result: TestResult, entry: ExpectedFailure | None) -> TestResult:
+    """xfailed for an expected failure that failed, xpassed for one that passed."""
+    if entry is None:
+        return result
+    if result.outcome in NOT_PASSING:
+        message = f"expected failure: {_reason(entry)}; it {result.outcome.value}: {result.message}"
+        return result.model_copy(update={"outcome": Outcome.xfailed, "message": message})
+    if result.outcome in (Outcome.passed, Outcome.flaky):
+        message = (f"passed but is listed in expected_failures ({entry.test!r}: {_reason(entry)}); "
+                   "remove the entry if the bug is fixed")
+        return result.model_copy(update={"outcome": Outcome.xpassed, "message": message})
+    return result
+
+
+def unmatched_expected_failures(manifest: Manifest, results: list[TestResult], suites: list[str]) -> list[str]:
+    """A problem line for each expected-failure entry that matched no test of these suites."""
+    problems = []
+    for index, entry in enumerate(manifest.expected_failures):
+        if not any(matches(entry, r.suite, r.id) for r in results):
+            where = f"{manifest.path}: " if manifest.path else ""
+            problems.append(
+                f"{where}expected_failures[{index}].test {entry.test!r} matched no test of the suites run "
+                f"({', '.join(suites) or 'none'}): a typo, or a test that was renamed or removed"
+            )
+    return problems
+
+
+def stage_is_ok(results: list[TestResult]) -> bool:
+    """xpassed counts against the stage: an expected-failure list must not go stale silently."""
+    return all(r.outcome.ok for r in results)

@@ -1,0 +1,99 @@
+"""`ootci test`: run one suite against an environment that already has the backend.
+
+The same code as the smoke and integration stages of `ootci run`, without building
+anything: useful to a vendor iterating on expected failures, and to ootci's tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from pathlib import Path
+
+from .. import envs, registry, suite_runner
+from ..errors import EXIT_FAILED, EnvironmentError_, UsageError
+from ..models import RunRecord, Status, TorchInfo
+from ..stages.base import RunContext, RunOptions
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("test", help="run a test suite in an existing environment under test")
+    p.add_argument("--python", required=True, type=Path, help="interpreter of the environment under test")
+    p.add_argument("--backend", required=True, help="registered backend name or path of a backend.toml")
+    p.add_argument("--suite", required=True,
+                   help="smoke, integration (ootci's integration suite and the vendor suites), "
+                        "or the name of one vendor suite")
+    p.add_argument("--out", type=Path, default=Path("out/test"),
+                   help="directory for junit/<suite>.xml, logs/ and record.json (default: out/test)")
+    p.add_argument("--jobs", type=int, help="pytest-xdist workers for the integration suite (default: CPUs, at most 4)")
+    p.add_argument("--verbose", "-v", action="store_true", help="stream the suites' output")
+    p.set_defaults(func=cmd_test)
+
+
+class _Reporter:
+    def __init__(self, verbose: bool):
+        self.verbose = verbose
+
+    def line(self, text: str) -> None:
+        if self.verbose:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    manifest = registry.resolve(args.backend)
+    python = args.python if args.python.is_absolute() else Path.cwd() / args.python
+    if not python.exists():
+        raise EnvironmentError_(f"--python {args.python}: no such interpreter")
+    vendor_names = [v.name for v in manifest.suites.vendor]
+    if args.suite not in suite_runner.SUITE_STAGES and args.suite not in vendor_names:
+        known = ", ".join([*suite_runner.SUITE_STAGES, *vendor_names])
+        raise UsageError(f"--suite {args.suite!r}: not a suite of {manifest.name} (known: {known})")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+    info = envs.torch_info(python)
+    now = dt.datetime.now(dt.timezone.utc)
+    record = RunRecord(
+        run_id=f"test-{manifest.name}-{now:%Y%m%dT%H%M%S}", backend=manifest.name, device=manifest.device,
+        torch=TorchInfo(spec="installed", version=info.get("version"), git_version=info.get("git_version")),
+        python=str(python), started_at=now,
+        command=" ".join(["ootci", "test", "--python", str(python), "--backend", args.backend, "--suite", args.suite]),
+    )
+    stage = args.suite if args.suite in suite_runner.SUITE_STAGES else "integration"
+    options = RunOptions(out=args.out, python=python, suites=(stage,), jobs=args.jobs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    ctx = RunContext(manifest=manifest, options=options, record=record, run_dir=args.out,
+                     cache=envs.cache_root(), reporter=_Reporter(args.verbose), stage_name=stage)
+    specs = None
+    if stage != args.suite:
+        vendor = manifest.suites.vendor[vendor_names.index(args.suite)]
+        root = suite_runner.vendor_root(ctx)
+        specs = [suite_runner.vendor_suite(vendor, root, vendor_names.index(args.suite), manifest.path)]
+    result = suite_runner.run_stage(ctx, stage, specs)
+    record.stages.append(result)
+    record.status = result.status
+    record.finished_at = dt.datetime.now(dt.timezone.utc)
+    _write_record(args.out / "record.json", record)
+    _print(result, record)
+    return 0 if result.status.ok else EXIT_FAILED
+
+
+def _write_record(path: Path, record: RunRecord) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record.model_dump(mode="json"), indent=2))
+    os.replace(tmp, path)
+
+
+def _print(result, record: RunRecord) -> None:
+    for test in record.tests:
+        if not test.outcome.ok or test.outcome.value in ("flaky", "xfailed"):
+            attempts = f" (attempts {test.attempts})" if test.attempts > 1 else ""
+            print(f"{test.outcome.value.upper():8} {test.suite}::{test.id}{attempts}: {test.message[:300]}")
+    for problem in record.problems:
+        print(f"PROBLEM  {problem}")
+    print(f"{result.name}: {result.status.value} - {result.summary}")
+    if result.status is not Status.passed and result.root_cause:
+        print(f"root cause: {result.root_cause.summary}")

@@ -1,0 +1,104 @@
+"""What every probe shares: the result channel and exception capture (stdlib only).
+
+A probe reports each phase as one line `\n<marker> <json>` written straight to a
+duplicate of the original stdout descriptor, so a backend that replaces
+sys.stdout, floods it, or closes it cannot hide or fake a result (the marker holds
+a nonce the verifier chose). Phases are reported as they finish, so a later crash
+or hang leaves the earlier results intact.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+import traceback
+
+MARKER = "@@OOTCI-PROBE"
+
+_fd = os.dup(1)
+_nonce = os.environ.get("OOTCI_PROBE_NONCE", "0")
+
+
+def arm(deadline: float | None) -> None:
+    """Dump every thread's stack on a fatal signal, and shortly before the verifier's time limit."""
+    faulthandler.enable(file=sys.__stderr__, all_threads=True)
+    if deadline and deadline > 0:
+        faulthandler.dump_traceback_later(deadline, repeat=False, file=sys.__stderr__, exit=False)
+
+
+def emit(phase: str, **data) -> None:
+    data["phase"] = phase
+    line = f"\n{MARKER}:{_nonce}@@ {json.dumps(data, default=repr)}\n".encode()
+    view = memoryview(line)
+    while view:
+        written = os.write(_fd, view)
+        view = view[written:]
+
+
+def _frames(exc: BaseException) -> list[str]:
+    return [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_tb(exc.__traceback__)][-8:]
+
+
+def describe(exc: BaseException) -> dict:
+    """The chain from the outermost exception to the innermost cause, each with where it was raised."""
+    chain = []
+    seen = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        entry = {"type": type(current).__qualname__, "module": type(current).__module__,
+                 "message": str(current)[:2000], "frames": _frames(current)}
+        if isinstance(current, SystemExit):
+            entry["exit_code"] = current.code if isinstance(current.code, int) else (0 if current.code is None else 1)
+        chain.append(entry)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return {"ok": False, "chain": chain}
+
+
+def attempt(action) -> dict:
+    """Run action(); its result or the exception chain it raised (SystemExit included)."""
+    try:
+        value = action()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a backend may raise anything, SystemExit too
+        return describe(exc)
+    return {"ok": True, "value": value}
+
+
+def loaded(modules: list[str]) -> dict[str, bool]:
+    return {m: m in sys.modules for m in modules}
+
+
+def split_list(text: str | None) -> list[str]:
+    return [p for p in (text or "").split(",") if p]
+
+
+def device_modules() -> dict[str, str]:
+    """Device modules registered on torch by torch._register_device_module: name -> module.__name__.
+
+    torch's own submodules are named `torch.<attr>`; a registered backend module
+    carries its own package's name, which is what tells them apart.
+    """
+    found = {}
+    for key, module in list(sys.modules.items()):
+        if not key.startswith("torch.") or key.count(".") != 1 or module is None:
+            continue
+        name = getattr(module, "__name__", key)
+        if name != key:
+            found[key.split(".", 1)[1]] = str(name)
+    return found
+
+
+def torch_state() -> dict:
+    import torch
+
+    state = {"privateuse1": torch._C._get_privateuse1_backend_name(), "device_modules": device_modules()}
+    try:
+        acc = torch.accelerator.current_accelerator()
+        state["accelerator"] = None if acc is None else acc.type
+    except Exception as exc:  # the accelerator query itself may fail on a broken backend
+        state["accelerator_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    return state

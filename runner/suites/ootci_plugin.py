@@ -1,0 +1,458 @@
+"""pytest plugin loaded into every suite ootci runs inside the environment under test.
+
+This file runs in the target interpreter, which has torch and pytest but not the
+`runner` package's dependencies: it imports only pytest and the standard library
+(torch lazily), and is put on sys.path by the runner (`-p ootci_plugin`), never
+imported through `runner`.
+
+What it adds to a pytest session:
+- the backend under test: `--ootci-device`, `--ootci-capabilities`, `--ootci-dtypes`,
+  `--ootci-import`, exposed as the fixtures `ootci_device`, `ootci_capabilities`,
+  `ootci_dtypes`; tests marked `@pytest.mark.capability("streams")` are skipped with
+  "capability 'streams' not claimed" when the backend does not claim it;
+- crash-proof results (`--ootci-junit`): each finished test is appended to a JUnit
+  XML file in one write, so a segfault loses nothing but the closing tags;
+- the test in progress (`--ootci-progress DIR`), so the runner can name the test a
+  crash or a hang happened in; the collected test ids next to the JUnit file, so it
+  can tell which tests never ran;
+- per-test time limits (`--ootci-test-timeout`): SIGALRM raises in the test after the
+  limit (a Python-level hang becomes a "timeout" result and the session goes on);
+  a hang in native code that never returns to Python is ended by faulthandler a
+  little later, which exits the process after dumping every thread's stack;
+- selection files (`--ootci-only`, `--ootci-exclude`, one test id a line) for retries
+  and for resuming after a crash without long command lines.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import re
+import signal
+import threading
+import time
+from xml.sax.saxutils import escape, quoteattr
+
+import pytest
+
+# Kept in step with runner.manifest.Capability (a test in tests/ checks it).
+CAPABILITIES = (
+    "multi_device",
+    "streams",
+    "events",
+    "generator",
+    "autocast",
+    "pinned_memory",
+    "serialization",
+    "autograd",
+)
+
+TAIL_CHARS = 4000
+MESSAGE_CHARS = 1000
+# A hang in native code gets this much longer than the Python-level limit before the
+# process is ended, so that a test stuck in Python is always reported by the alarm.
+NATIVE_GRACE_S = 2.0
+XDIST_CRASH = re.compile(r"worker '(?P<worker>[^']+)' crashed while running")
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+class OotciTestTimeout(BaseException):
+    """Raised by the alarm in a test that ran past its limit.
+
+    A BaseException, so that `except Exception` in the code under test cannot
+    swallow it.
+    """
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ootci", "ootci: the backend under test and crash-proof results")
+    group.addoption("--ootci-device", default=os.environ.get("OOTCI_DEVICE", "cpu"),
+                    help="torch device type under test (default: $OOTCI_DEVICE or cpu)")
+    group.addoption("--ootci-capabilities", default=None,
+                    help="comma-separated capabilities the backend claims (default: all)")
+    group.addoption("--ootci-dtypes", default="float32",
+                    help="comma-separated dtypes the backend claims (default: float32)")
+    group.addoption("--ootci-import", default="",
+                    help="module to import before the tests (the backend, if autoload is not relied on)")
+    group.addoption("--ootci-suite", default="", help="suite name written to the JUnit file")
+    group.addoption("--ootci-junit", default="", help="append each result to this JUnit XML file as it finishes")
+    group.addoption("--ootci-progress", default="", help="directory for the file naming the test in progress")
+    group.addoption("--ootci-test-timeout", type=float, default=0.0,
+                    help="seconds one test may take (0: no limit)")
+    group.addoption("--ootci-only", default="", help="file of test ids: run only these")
+    group.addoption("--ootci-exclude", default="", help="file of test ids: do not run these")
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _worker_id(config: pytest.Config) -> str:
+    return config.workerinput["workerid"] if _is_worker(config) else "main"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "capability(*names): the test needs these backend capabilities; skipped when one is not claimed",
+    )
+    claimed = config.getoption("ootci_capabilities")
+    capabilities = set(CAPABILITIES) if claimed is None else set(_split(claimed))
+    unknown = sorted(capabilities - set(CAPABILITIES))
+    if unknown:
+        raise pytest.UsageError(f"--ootci-capabilities: unknown capability {unknown[0]!r} "
+                                f"(known: {', '.join(CAPABILITIES)})")
+    module = config.getoption("ootci_import")
+    if module:
+        try:
+            __import__(module)
+        except Exception as exc:  # reported as a usage error: nothing can run without the backend
+            raise pytest.UsageError(f"--ootci-import: cannot import {module!r}: {type(exc).__name__}: {exc}")
+    state = _State(config, capabilities)
+    config.stash[_STATE] = state
+    config.pluginmanager.register(state, "ootci-state")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is not None:
+        state.close()
+
+
+def _dtype(name: str):
+    import torch
+
+    value = getattr(torch, name, None)
+    if not isinstance(value, torch.dtype):
+        raise pytest.UsageError(f"--ootci-dtypes: {name!r} is not a torch dtype")
+    return value
+
+
+@pytest.fixture(scope="session")
+def ootci_device(pytestconfig: pytest.Config) -> str:
+    return pytestconfig.getoption("ootci_device")
+
+
+@pytest.fixture(scope="session")
+def ootci_capabilities(pytestconfig: pytest.Config) -> frozenset[str]:
+    return frozenset(pytestconfig.stash[_STATE].capabilities)
+
+
+@pytest.fixture(scope="session")
+def ootci_dtypes(pytestconfig: pytest.Config) -> list:
+    return [_dtype(name) for name in _split(pytestconfig.getoption("ootci_dtypes"))]
+
+
+def claimed_dtype_names(config: pytest.Config) -> list[str]:
+    """For suites that parametrize over dtypes at collection time."""
+    names = _split(config.getoption("ootci_dtypes"))
+    for name in names:
+        _dtype(name)
+    return names
+
+
+def _read_ids(path: str) -> set[str]:
+    if not path:
+        return set()
+    with open(path, encoding="utf-8") as f:
+        return {line.rstrip("\n") for line in f if line.strip()}
+
+
+class _State:
+    """Per-session state and the hooks that need it."""
+
+    def __init__(self, config: pytest.Config, capabilities: set[str]):
+        self.config = config
+        self.capabilities = capabilities
+        self.timeout = float(config.getoption("ootci_test_timeout") or 0)
+        self.progress_dir = config.getoption("ootci_progress")
+        self.junit = None
+        self.pending: dict[str, list[pytest.TestReport]] = {}
+        self.worker = _worker_id(config)
+        # The stderr the session started with: faulthandler writes there even while
+        # pytest captures fd 2 for a test.
+        self.stderr_fd = os.dup(2)
+        path = config.getoption("ootci_junit")
+        if path and not _is_worker(config):
+            self.junit = _StreamingJUnit(path, config.getoption("ootci_suite") or "pytest")
+
+    def close(self) -> None:
+        if self.junit is not None:
+            self.junit.close()
+        try:
+            os.close(self.stderr_fd)
+        except OSError:
+            pass
+
+    # -- selection and capabilities -------------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        only = _read_ids(config.getoption("ootci_only"))
+        exclude = _read_ids(config.getoption("ootci_exclude"))
+        if only or exclude:
+            kept, dropped = [], []
+            for item in items:
+                wanted = (not only or item.nodeid in only) and item.nodeid not in exclude
+                (kept if wanted else dropped).append(item)
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+                items[:] = kept
+        for item in items:
+            for mark in item.iter_markers("capability"):
+                for name in mark.args:
+                    if name not in CAPABILITIES:
+                        raise pytest.UsageError(f"{item.nodeid}: capability marker names unknown capability {name!r}")
+                    if name not in self.capabilities:
+                        item.add_marker(pytest.mark.skip(reason=f"capability '{name}' not claimed"))
+        if self.junit is not None:
+            self.junit.write_collected([item.nodeid for item in items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        # Under xdist the controller collects nothing itself; every worker collects
+        # the same ids (after its own selection), so the first report is the list.
+        if self.junit is not None and not self.junit.collected_written:
+            self.junit.write_collected(list(ids))
+
+    # -- the test in progress and its time limit ----------------------------------------
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
+        self._write_progress(item.nodeid)
+        armed = self._arm(item.nodeid)
+        try:
+            yield
+        finally:
+            if armed:
+                self._disarm()
+
+    def _write_progress(self, nodeid: str) -> None:
+        if not self.progress_dir:
+            return
+        data = {"nodeid": nodeid, "started": time.time(), "timeout": self.timeout, "pid": os.getpid()}
+        path = os.path.join(self.progress_dir, f"{self.worker}.json")
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+
+    def _arm(self, nodeid: str) -> bool:
+        if self.timeout <= 0:
+            return False
+        limit = self.timeout
+
+        def on_alarm(signum, frame):
+            raise OotciTestTimeout(f"test exceeded its {limit:g} s time limit: {nodeid}")
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal.signal(signal.SIGALRM, on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, limit)
+        else:
+            self._previous_handler = None
+        faulthandler.dump_traceback_later(limit + max(NATIVE_GRACE_S, 0.1 * limit), exit=True, file=self.stderr_fd)
+        return True
+
+    def _disarm(self) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        if self._previous_handler is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous_handler)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        outcome = yield
+        report = outcome.get_result()
+        if call.excinfo is not None and call.excinfo.errisinstance(OotciTestTimeout):
+            report.user_properties.append(("ootci.outcome", "timeout"))
+
+    # -- results ----------------------------------------------------------------------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.junit is None:
+            return
+        crash = XDIST_CRASH.search(str(report.longrepr or "")) if report.when not in ("setup", "call", "teardown") else None
+        if crash:
+            reports = self.pending.pop(report.nodeid, [])
+            worker = crash.group("worker")
+            if self._worker_timed_out(worker, report.nodeid):
+                message = (f"test exceeded its {self.timeout:g} s time limit in code that never returned to "
+                           f"Python; faulthandler ended worker {worker!r}")
+                self.junit.write_case(report.nodeid, reports + [report], forced=("timeout", message))
+            else:
+                self.junit.write_case(report.nodeid, reports + [report], forced=("crashed", None))
+            return
+        self.pending.setdefault(report.nodeid, []).append(report)
+        if report.when == "teardown":
+            self.junit.write_case(report.nodeid, self.pending.pop(report.nodeid))
+
+    def _worker_timed_out(self, worker: str, nodeid: str) -> bool:
+        if not self.progress_dir or self.timeout <= 0:
+            return False
+        try:
+            with open(os.path.join(self.progress_dir, f"{worker}.json"), encoding="utf-8") as f:
+                progress = json.load(f)
+        except (OSError, ValueError):
+            return False
+        return progress.get("nodeid") == nodeid and time.time() - progress.get("started", 0) >= self.timeout
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if self.junit is None or report.passed:
+            return
+        self.junit.write_case(report.nodeid or "(collection)", [report])
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.junit is not None:
+            # Tests whose teardown never reported (an interrupted session) still count.
+            for nodeid, reports in list(self.pending.items()):
+                self.junit.write_case(nodeid, reports)
+            self.pending.clear()
+            self.junit.finish(int(exitstatus))
+
+
+_STATE = pytest.StashKey[_State]()
+
+
+# -- the JUnit file ---------------------------------------------------------------------
+
+def _clean(text: str) -> str:
+    return _XML_INVALID.sub("\ufffd", text)
+
+
+def _attr(value: object) -> str:
+    return quoteattr(_clean(str(value)))
+
+
+def _tail(text: str, limit: int = TAIL_CHARS) -> str:
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+def _classname_and_name(nodeid: str) -> tuple[str, str]:
+    parts = nodeid.split("::")
+    module = parts[0]
+    if module.endswith(".py"):
+        module = module[:-3]
+    module = module.replace("/", ".").replace("\\", ".")
+    if len(parts) == 1:
+        return module, module
+    return ".".join([module] + parts[1:-1]), parts[-1]
+
+
+def _short_message(report) -> str:
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:  # a skip: (path, line, reason)
+        reason = str(report.longrepr[2])
+        return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    if crash is not None and getattr(crash, "message", None):
+        return str(crash.message)
+    text = str(report.longrepr or "").strip()
+    return text.splitlines()[-1] if text else ""
+
+
+def _outcome(reports: list) -> tuple[str, object | None]:
+    """The test's outcome and the report that decided it."""
+    for report in reports:
+        for key, value in getattr(report, "user_properties", ()):
+            if key == "ootci.outcome":
+                return str(value), report
+    by_phase = {getattr(r, "when", "collect"): r for r in reports}
+    call = by_phase.get("call")
+    for report in reports:
+        if report.failed and getattr(report, "when", "collect") in ("setup", "teardown", "collect"):
+            if report is by_phase.get("teardown") and call is not None and call.failed:
+                return "failed", call
+            return "error", report
+    if call is not None:
+        if hasattr(call, "wasxfail"):
+            return ("xfailed" if call.skipped else "xpassed"), call
+        if call.failed:
+            return "failed", call
+        if call.skipped:
+            return "skipped", call
+        return "passed", None
+    for report in reports:
+        if report.skipped:
+            if hasattr(report, "wasxfail"):
+                return "xfailed", report
+            return "skipped", report
+    return "passed", None
+
+
+class _StreamingJUnit:
+    """A JUnit XML file that is valid up to the last finished test at every moment.
+
+    Each test case is one os.write on an O_APPEND descriptor; the closing tags come
+    at the end of the session. A reader must therefore accept a file without them
+    (runner/junit.py does).
+    """
+
+    def __init__(self, path: str, suite: str):
+        self.path = path
+        self.collected_written = False
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._write('<?xml version="1.0" encoding="utf-8"?>\n<testsuites>\n'
+                    f'<testsuite name={_attr(suite)} timestamp={_attr(time.strftime("%Y-%m-%dT%H:%M:%S"))}>\n')
+
+    def _write(self, text: str) -> None:
+        if self.fd is not None:
+            os.write(self.fd, text.encode("utf-8", "replace"))
+
+    def write_collected(self, ids: list[str]) -> None:
+        tmp = f"{self.path}.collected.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(f"{nodeid}\n" for nodeid in ids)
+        os.replace(tmp, f"{self.path}.collected")
+        self.collected_written = True
+
+    def write_case(self, nodeid: str, reports: list, forced: tuple[str, str | None] | None = None) -> None:
+        """forced: (outcome, message) decided by the caller, e.g. for a crashed xdist worker."""
+        outcome, deciding = _outcome(reports)
+        if forced:
+            outcome, deciding = forced[0], reports[-1]
+        classname, name = _classname_and_name(nodeid)
+        duration = sum(float(getattr(r, "duration", 0) or 0) for r in reports)
+        first = reports[0]
+        location = getattr(first, "location", None) or (nodeid.split("::")[0], None, "")
+        attrs = f"classname={_attr(classname)} name={_attr(name)} file={_attr(location[0])}"
+        if location[1] is not None:
+            attrs += f" line={_attr(location[1] + 1)}"
+        parts = [f"<testcase {attrs} time={_attr(f'{duration:.3f}')}>"]
+        props = [("nodeid", nodeid), ("ootci.outcome", outcome)]
+        for report in reports:  # every phase's report carries the properties recorded so far
+            props += [(k, v) for k, v in getattr(report, "user_properties", ()) if k != "ootci.outcome"]
+        props = list(dict.fromkeys((str(k), str(v)) for k, v in props))
+        parts.append("<properties>" + "".join(
+            f"<property name={_attr(k)} value={_attr(v)}/>" for k, v in props) + "</properties>")
+        detail = ""
+        if deciding is not None and outcome != "passed":
+            message = ((forced and forced[1]) or _short_message(deciding))[:MESSAGE_CHARS]
+            detail = "" if outcome in ("skipped", "xfailed") else _tail(str(deciding.longreprtext or ""))
+            tag = {"failed": "failure", "timeout": "failure", "xpassed": None,
+                   "skipped": "skipped", "xfailed": "skipped"}.get(outcome, "error")
+            if tag:
+                parts.append(f"<{tag} type={_attr(outcome)} message={_attr(message)}>{escape(_clean(detail))}</{tag}>")
+        # A later phase's report repeats the sections captured in the earlier ones.
+        sections = dict.fromkeys(section for r in reports for section in getattr(r, "sections", ()))
+        # pytest's failure text already carries the captured output; do not repeat it.
+        output = "".join(f"--- {title} ---\n{content}\n" for title, content in sections if content not in detail)
+        if output:
+            parts.append(f"<system-out>{escape(_clean(_tail(output)))}</system-out>")
+        parts.append("</testcase>\n")
+        self._write("".join(parts))
+
+    def finish(self, exitstatus: int) -> None:
+        self._write(f"<!-- ootci: session finished, exit status {exitstatus} -->\n</testsuite>\n</testsuites>\n")
+        self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+

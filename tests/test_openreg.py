@@ -1,0 +1,61 @@
+"""The bundled OpenReg backend, tested in an environment that has torch.
+
+The orchestrator environment has no torch, so a session fixture builds a venv
+under .cache/ (keyed by a hash of the backend sources, so reruns reuse it),
+installs torch==2.13.0 and backends/openreg into it, and runs the target-side
+suite once (backends/openreg/tests). Each target test id becomes one test
+here that asserts its outcome.
+"""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import target_pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BACKEND = REPO / "backends" / "openreg"
+TARGET_TESTS = BACKEND / "tests"
+REQUIREMENTS = ["torch==2.13.0", "numpy", "pytest", "pytest-xdist", "expecttest", "setuptools", "wheel"]
+
+TARGET_IDS = target_pytest.discover(TARGET_TESTS)
+
+
+@pytest.fixture(scope="session")
+def target_results(tmp_path_factory):
+    # What gets installed; editing the target tests needs no rebuild.
+    stamp = target_pytest.sources_hash(
+        BACKEND / "csrc", BACKEND / "torch_openreg", BACKEND / "setup.py", BACKEND / "pyproject.toml"
+    )
+    venv = REPO / ".cache" / "openreg-venv"
+    python = target_pytest.ensure_venv(
+        venv, REQUIREMENTS, [["--no-build-isolation", "--no-deps", "--force-reinstall", str(BACKEND)]], stamp
+    )
+    junit = tmp_path_factory.mktemp("openreg") / "junit.xml"
+    proc = target_pytest.run(python, TARGET_TESTS, junit, cwd=REPO, extra=["-n", "2"])
+    if not junit.exists():
+        pytest.fail(f"target suite did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return target_pytest.parse_junit(junit)
+
+
+@pytest.mark.parametrize("test_id", TARGET_IDS)
+def test_target(target_results, test_id):
+    outcome = target_results.get(test_id, target_pytest.Outcome("missing", "not in the JUnit report"))
+    if outcome.status == "skipped":
+        pytest.skip(outcome.message)
+    assert outcome.status == "passed", f"{test_id} {outcome.status}:\n{outcome.message}"
+
+
+def test_cibuildwheel_accepts_config():
+    cibw = shutil.which("cibuildwheel") or str(Path(sys.executable).parent / "cibuildwheel")
+    if not Path(cibw).exists():
+        pytest.skip("cibuildwheel is not installed in this environment (add it to the dev deps)")
+    proc = subprocess.run(
+        [cibw, "--print-build-identifiers", "--platform", "linux", str(BACKEND)],
+        capture_output=True, text=True, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["cp311-manylinux_x86_64", "cp312-manylinux_x86_64"]

@@ -1,0 +1,201 @@
+"""Classification end to end: the synthetic fixture backend's vendor suites produce every
+outcome (flaky, hang in Python, hang in native code, segfault, expected failure,
+unexpected pass, capability skip...) in a real environment over the torch layer, run
+by `ootci test` exactly as the integration stage runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner import junit, manifest, suite_runner
+from runner.models import Outcome, RunRecord, Status
+
+FIXTURES = Path(__file__).parent / "fixtures" / "backends"
+SYNTHETIC = FIXTURES / "synthetic" / "backend.toml"
+
+
+def ootci(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})), cwd=Path(__file__).parent.parent)
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(torch_layer, tmp_path_factory):
+    out = tmp_path_factory.mktemp("synthetic")
+    state = out / "state"
+    state.mkdir()
+    done = ootci("test", "--python", str(torch_layer.python), "--backend", str(SYNTHETIC), "--suite", "integration",
+                 "--out", str(out / "run"), env={"SYNTHETIC_STATE_DIR": str(state)})
+    record = RunRecord.model_validate_json((out / "run" / "record.json").read_text())
+    return done, record, out / "run"
+
+
+@pytest.mark.slow
+def test_every_outcome_is_classified(synthetic_run):
+    done, record, _ = synthetic_run
+    assert done.returncode == 1, done.stdout + done.stderr
+    got = {(t.suite, t.id): (t.outcome, t.attempts) for t in record.tests}
+    expected = {
+        ("outcomes", "check_outcomes.py::test_passes"): (Outcome.passed, 1),
+        ("outcomes", "check_outcomes.py::test_fails"): (Outcome.failed, 2),
+        ("outcomes", "check_outcomes.py::test_flaky"): (Outcome.flaky, 2),
+        ("outcomes", "check_outcomes.py::test_known_bug"): (Outcome.xfailed, 1),
+        ("outcomes", "check_outcomes.py::test_fixed_bug"): (Outcome.xpassed, 1),
+        ("outcomes", "check_outcomes.py::test_needs_streams"): (Outcome.skipped, 1),
+        ("outcomes", "check_outcomes.py::test_needs_generator"): (Outcome.passed, 1),
+        ("outcomes", "check_outcomes.py::test_pytest_xfail"): (Outcome.xfailed, 1),
+        ("outcomes", "check_outcomes.py::test_setup_error"): (Outcome.error, 2),
+        ("outcomes", "check_outcomes.py::test_records_op"): (Outcome.failed, 2),
+        ("hangs", "check_hangs.py::test_before"): (Outcome.passed, 1),
+        ("hangs", "check_hangs.py::test_hangs_in_python"): (Outcome.timeout, 2),
+        ("hangs", "check_hangs.py::test_hangs_in_native_code"): (Outcome.timeout, 2),
+        ("hangs", "check_hangs.py::test_after"): (Outcome.passed, 1),
+        ("crash", "check_crash.py::test_before_crash"): (Outcome.passed, 1),
+        ("crash", "check_crash.py::test_segfaults"): (Outcome.crashed, 2),
+        ("crash", "check_crash.py::test_after_crash"): (Outcome.passed, 1),
+        ("crash", "check_crash.py::test_fails_after_crash"): (Outcome.failed, 2),
+        ("command", "check_command::test_command_passes"): (Outcome.passed, 1),
+        ("command", "check_command::test_command_fails"): (Outcome.failed, 1),
+        ("command", "check_command::test_command_skipped"): (Outcome.skipped, 1),
+    }
+    assert got == expected
+
+
+@pytest.mark.slow
+def test_messages_name_the_cause(synthetic_run):
+    _, record, _ = synthetic_run
+    tests = {t.id: t for t in record.tests}
+    assert tests["check_outcomes.py::test_needs_streams"].message == "capability 'streams' not claimed"
+    assert tests["check_outcomes.py::test_flaky"].message.startswith("passed on attempt 2 after it failed: RuntimeError")
+    assert "known bug in the fixture (https://example.invalid/issues/1)" in tests["check_outcomes.py::test_known_bug"].message
+    assert "remove the entry" in tests["check_outcomes.py::test_fixed_bug"].message
+    segfault = tests["check_crash.py::test_segfaults"]
+    assert "SIGSEGV" in segfault.message and "check_crash.py:11 in test_segfaults" in segfault.message
+    assert "Fatal Python error: Segmentation fault" in segfault.log_tail
+    native = tests["check_hangs.py::test_hangs_in_native_code"]
+    assert "2 s time limit" in native.message and "check_hangs.py" in native.message
+    assert native.duration_s >= 2
+    assert "OotciTestTimeout" in tests["check_hangs.py::test_hangs_in_python"].message
+    op = tests["check_outcomes.py::test_records_op"]
+    assert (op.op, op.dtype) == ("add", "float32")
+
+
+@pytest.mark.slow
+def test_problems_stage_and_files(synthetic_run):
+    done, record, run_dir = synthetic_run
+    stage = record.stage("integration")
+    assert stage.status is Status.failed
+    assert stage.counts == {"crashed": 1, "error": 1, "failed": 4, "flaky": 1, "passed": 7, "skipped": 2,
+                            "timeout": 2, "xfailed": 2, "xpassed": 1}
+    assert len(record.problems) == 2
+    missing, unmatched = record.problems
+    assert "suites.vendor[4].path 'suite/check_does_not_exist.py'" in missing and "does not exist" in missing
+    assert "expected_failures[2].test 'check_outcomes.py::test_renamed_long_ago' matched no test" in unmatched
+    assert missing in stage.summary and unmatched in stage.summary
+    assert "PROBLEM" in done.stdout and "does not exist" in done.stdout
+    assert stage.data["suites"]["missing"]["status"] == "failed"
+    for suite in ("outcomes", "hangs", "crash", "command"):
+        parsed = junit.parse(run_dir / "junit" / f"{suite}.xml")
+        assert parsed.complete
+        assert {c.id for c in parsed.cases} == {t.id for t in record.tests if t.suite == suite}
+    flaky = next(c for c in junit.parse(run_dir / "junit" / "outcomes.xml").cases if c.id.endswith("test_flaky"))
+    assert flaky.outcome is Outcome.flaky and flaky.properties["attempts"] == "2"
+
+
+@pytest.mark.slow
+def test_a_crash_under_xdist_is_named_and_the_rest_still_runs(torch_layer, tmp_path):
+    m = manifest.load(SYNTHETIC).model_copy(update={"retries": 0, "expected_failures": []})
+    runner = suite_runner.SuiteRunner(python=torch_layer.python, manifest=m, junit_dir=tmp_path / "junit",
+                                      log=tmp_path / "crash.log", deadline=time.monotonic() + 300)
+    spec = suite_runner.vendor_suite(m.suites.vendor[2], m.directory, 2)
+    spec.workers = 2
+    run = runner.run(spec)
+    outcomes = {r.id: r.outcome for r in run.results}
+    assert outcomes == {
+        "check_crash.py::test_before_crash": Outcome.passed,
+        "check_crash.py::test_segfaults": Outcome.crashed,
+        "check_crash.py::test_after_crash": Outcome.passed,
+        "check_crash.py::test_fails_after_crash": Outcome.failed,
+    }
+    crashed = next(r for r in run.results if r.outcome is Outcome.crashed)
+    assert "crashed while running 'check_crash.py::test_segfaults'" in crashed.message
+    assert run.status is Status.failed and run.root_cause is not None
+
+
+@pytest.mark.slow
+def test_bad_input_gets_one_line_and_an_exit_code(torch_layer, tmp_path):
+    unknown = ootci("test", "--python", str(torch_layer.python), "--backend", str(SYNTHETIC), "--suite", "nosuch")
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == ("ootci: --suite 'nosuch': not a suite of synthetic "
+                                      "(known: smoke, integration, outcomes, hangs, crash, command, missing)")
+    no_python = ootci("test", "--python", str(tmp_path / "nopython"), "--backend", str(SYNTHETIC), "--suite", "smoke")
+    assert no_python.returncode == 7 and "no such interpreter" in no_python.stderr
+    bad = tmp_path / "backend.toml"
+    bad.write_text(SYNTHETIC.read_text().replace('capabilities = ["generator"]', 'capabilities = ["warp_drive"]'))
+    rejected = ootci("test", "--python", str(torch_layer.python), "--backend", str(bad), "--suite", "smoke")
+    assert rejected.returncode == 3
+    assert rejected.stderr.startswith(f"ootci: {bad}: field 'capabilities.0'") and "warp_drive" in rejected.stderr
+    assert "Traceback" not in unknown.stderr + no_python.stderr + rejected.stderr
+    missing = ootci("test", "--python", str(torch_layer.python), "--backend", str(SYNTHETIC), "--suite", "missing",
+                    "--out", str(tmp_path / "out"))
+    assert missing.returncode == 1
+    record = json.loads((tmp_path / "out" / "record.json").read_text())
+    assert record["stages"][0]["status"] == "failed" and "does not exist" in record["problems"][0]
+
+
+def _runner(python, tmp_path, seconds, **changes):
+    m = manifest.load(SYNTHETIC).model_copy(update={"retries": 0, "expected_failures": [], **changes})
+    runner = suite_runner.SuiteRunner(python=python, manifest=m, junit_dir=tmp_path / "junit",
+                                      log=tmp_path / "suite.log", deadline=time.monotonic() + seconds)
+    return m, runner
+
+
+@pytest.mark.slow
+def test_hangs_under_xdist_are_timeouts(torch_layer, tmp_path):
+    m, runner = _runner(torch_layer.python, tmp_path, 300)
+    spec = suite_runner.vendor_suite(m.suites.vendor[1], m.directory, 1)
+    spec.workers = 2
+    run = runner.run(spec)
+    results = {r.id: r for r in run.results}
+    assert {i: r.outcome for i, r in results.items()} == {
+        "check_hangs.py::test_before": Outcome.passed,
+        "check_hangs.py::test_hangs_in_python": Outcome.timeout,
+        "check_hangs.py::test_hangs_in_native_code": Outcome.timeout,
+        "check_hangs.py::test_after": Outcome.passed,
+    }
+    assert "never returned to Python; faulthandler ended worker" in \
+        results["check_hangs.py::test_hangs_in_native_code"].message
+
+
+@pytest.mark.slow
+def test_the_suite_time_limit_names_the_test_it_stopped(torch_layer, tmp_path):
+    # One test may take 10 minutes, the whole suite 8 seconds: the suite's limit ends it.
+    m, runner = _runner(torch_layer.python, tmp_path, 8,
+                        timeouts=manifest.Timeouts(test=600))
+    run = runner.run(suite_runner.vendor_suite(m.suites.vendor[1], m.directory, 1))
+    assert run.status is Status.timeout
+    results = {r.id: r for r in run.results}
+    assert results["check_hangs.py::test_before"].outcome is Outcome.passed
+    stopped = results["check_hangs.py::test_hangs_in_python"]
+    assert stopped.outcome is Outcome.timeout and "suite's time limit ran out" in stopped.message
+    for never_ran in ("check_hangs.py::test_hangs_in_native_code", "check_hangs.py::test_after"):
+        assert results[never_ran].outcome is Outcome.error
+        assert results[never_ran].message == "not run: the suite process stopped before reaching it"
+
+
+def test_vendor_suites_keep_the_integration_stage_on():
+    from runner import pipeline
+    from runner.stages import RunOptions
+
+    m = manifest.load(SYNTHETIC)
+    assert not m.suites.integration and m.suites.vendor
+    assert pipeline.skip_reason(m, RunOptions(), "integration") is None
+    assert pipeline.skip_reason(m, RunOptions(), "smoke") == "switched off in the manifest ([suites])"
+    assert pipeline.skip_reason(m, RunOptions(suites=("smoke",)), "integration") == "not selected (--suites)"

@@ -1,0 +1,245 @@
+"""The autoload verification through its Python API, on real fixture backends in real venvs.
+
+Each fixture under tests/fixtures/backends is a small package built as a real wheel
+and installed over the torch 2.13.0 layer; every probe is a real interpreter of
+that environment.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runner import manifest as manifest_mod
+from runner.models import Status
+from runner.verify import verify
+from support.fixture_backends import backend_env_factory, build_wheels, manifest_path
+
+pytestmark = pytest.mark.slow
+
+@pytest.fixture(scope="session")
+def wheels(torch_layer):
+    return build_wheels(torch_layer)
+
+
+@pytest.fixture(scope="session")
+def backend_env(make_env, wheels):
+    """backend_env(*fixture_names) -> Env with those fixture backends installed."""
+    return backend_env_factory(make_env, wheels)
+
+
+def run(env, fixture: str | None, **kwargs):
+    manifest = manifest_mod.load(manifest_path(fixture)) if fixture else None
+    kwargs.setdefault("runs", 1)
+    kwargs.setdefault("timeout", 60)
+    return verify(env.python, manifest, **kwargs)
+
+
+def checks(result) -> dict:
+    return {c.name: c for c in result.checks}
+
+
+def test_python_backend_with_tensors_passes_every_check(backend_env):
+    result = run(backend_env("pyd"), "pyd", runs=3)
+    by_name = checks(result)
+    assert result.status is Status.passed, result.model_dump_json(indent=1)
+    assert result.root_cause is None
+    assert list(by_name) == ["entry_point", "plain_import", "device", "tensor", "opt_out", "circular_import",
+                             "neighbours", "import_cost"]
+    assert all(c.status is Status.passed for c in result.checks)
+    assert by_name["device"].data["current_accelerator"] == "pyd"
+    assert by_name["device"].data["device_count"] == 1
+    assert set(by_name["tensor"].data) == {"float32", "int64", "bool"}
+    assert all(r["equal"] and r["device_type"] == "pyd" for r in by_name["tensor"].data.values())
+    cost = by_name["import_cost"].data
+    assert cost["runs"] == 3 and len(cost["samples_ms"]["autoload"]) == 3 == len(cost["samples_ms"]["no_autoload"])
+    assert cost["autoload_ms"] > 0 and cost["no_autoload_ms"] > 0
+    assert cost["overhead_ms"] == pytest.approx(cost["autoload_ms"] - cost["no_autoload_ms"], abs=0.2)
+
+
+def test_tutorial_torch_foo_passes_without_tensor_support(backend_env):
+    result = run(backend_env("foo"), "foo")
+    by_name = checks(result)
+    assert result.status is Status.passed, result.model_dump_json(indent=1)
+    assert by_name["device"].status is Status.passed
+    assert by_name["device"].data["is_available"] is True
+    assert by_name["tensor"].status is Status.skipped
+    assert by_name["tensor"].detail.startswith("no tensor support: the manifest lists no dtypes")
+    assert by_name["opt_out"].data["entry_point"] == {"loaded": True, "device": "foo"}
+
+
+def test_without_a_manifest_the_device_name_is_learned(backend_env):
+    result = run(backend_env("foo"), None)
+    by_name = checks(result)
+    assert result.backends == ["torch_foo"]
+    assert result.status is Status.passed, result.model_dump_json(indent=1)
+    assert "torch.device('foo')" in by_name["device"].detail
+    # No manifest promises tensors: the missing kernels are reported, not failed.
+    assert by_name["tensor"].status is Status.skipped
+    assert "no tensor support: RuntimeError: PyTorch is not linked with support for foo devices" in by_name["tensor"].detail
+
+
+def test_habana_style_loaded_flag_guard_passes(backend_env):
+    result = run(backend_env("hab"), "hab")
+    by_name = checks(result)
+    assert result.status is Status.passed, result.model_dump_json(indent=1)
+    assert by_name["circular_import"].detail == "import hab_frameworks.torch works before and after import torch"
+    assert by_name["entry_point"].detail.startswith("'device_backend = hab_frameworks:__autoload'")
+
+
+def test_hook_defined_after_import_torch_is_a_circular_import(backend_env):
+    result = run(backend_env("circular"), "circular")
+    by_name = checks(result)
+    assert by_name["plain_import"].status is Status.passed
+    assert by_name["device"].status is Status.passed
+    circular = by_name["circular_import"]
+    assert circular.status is Status.failed
+    assert "partially initialized module 'torch_circular'" in circular.root_cause.summary
+    assert circular.root_cause.hint.startswith("circular import")
+    assert result.status is Status.failed and result.root_cause == circular.root_cause
+
+
+def test_hook_that_raises(backend_env):
+    result = run(backend_env("raises"), "raises")
+    by_name = checks(result)
+    cause = result.root_cause
+    assert result.status is Status.failed
+    assert by_name["plain_import"].status is Status.failed
+    assert cause == by_name["plain_import"].root_cause
+    assert (cause.kind, cause.exception_type) == ("exception", "RuntimeError")
+    assert cause.message == "torch_raises: device firmware 1.2 is required, found 0.9"
+    assert cause.culprit == "torch_raises"
+    assert by_name["device"].status is Status.blocked and by_name["import_cost"].status is Status.blocked
+    # With autoload off torch imports and the package itself imports: only its hook is broken.
+    assert by_name["opt_out"].status is Status.passed
+    assert by_name["opt_out"].data["entry_point"]["loaded"] is False
+
+
+def test_missing_vendor_library_and_the_neighbour_it_breaks(backend_env):
+    env = backend_env("pyd", "vendorlib")
+    own = run(env, "vendorlib")
+    cause = own.root_cause
+    assert own.status is Status.failed
+    assert cause.exception_type == "OSError"
+    assert "libvendor_missing.so: cannot open shared object file" in cause.summary
+    assert cause.hint == "a shared library is missing: the vendor runtime is not installed on this machine"
+    assert checks(own)["neighbours"].status is Status.passed
+    assert "torch_vendorlib's own" in checks(own)["neighbours"].detail
+
+    healthy = run(env, "pyd")
+    by_name = checks(healthy)
+    assert healthy.status is Status.failed
+    assert healthy.root_cause.culprit == "torch_vendorlib"
+    neighbours = by_name["neighbours"]
+    assert neighbours.status is Status.failed
+    assert neighbours.detail.startswith("another backend breaks import torch: entry point 'torch_vendorlib' (torch_vendorlib 1.0)")
+    assert neighbours.data["entry_points"]["torch_pyd"]["status"] == "passed"
+    assert neighbours.data["entry_points"]["torch_vendorlib"]["status"] == "failed"
+    # The healthy backend itself still works when it is imported by hand.
+    assert by_name["opt_out"].status is Status.passed
+
+
+@pytest.mark.parametrize("fixture, signal", [("aborts", "SIGABRT"), ("segfaults", "SIGSEGV")])
+def test_hook_that_kills_the_interpreter(backend_env, fixture, signal):
+    result = run(backend_env(fixture), fixture)
+    cause = result.root_cause
+    assert result.status is Status.crashed
+    assert checks(result)["plain_import"].status is Status.crashed
+    assert (cause.kind, cause.signal) == ("signal", signal)
+    # faulthandler's stack dump says where: in the backend's hook.
+    assert f"torch_{fixture}/__init__.py" in cause.summary and "in _autoload" in cause.summary
+    assert cause.culprit == f"torch_{fixture}"
+
+
+def test_hook_that_hangs_is_killed_at_the_time_limit(backend_env):
+    result = run(backend_env("hangs"), "hangs", timeout=10)
+    cause = result.root_cause
+    assert result.status is Status.timeout
+    assert (cause.kind, cause.timeout_s) == ("timeout", 10)
+    assert "torch_hangs/__init__.py" in cause.summary and "in _autoload" in cause.summary
+    assert cause.culprit == "torch_hangs"
+    assert cause.hint.startswith("the process hung")
+    # Probes run two at a time: the hanging ones cost a few time limits, not one each in a row.
+    assert result.duration_s < 45
+
+
+def test_backend_that_exits_during_import(backend_env):
+    result = run(backend_env("exits"), "exits")
+    cause = result.root_cause
+    assert result.status is Status.failed
+    assert (cause.kind, cause.exit_code, cause.exception_type) == ("exit_code", 3, "SystemExit")
+    assert cause.summary.startswith("the interpreter exited with code 3 during import torch (sys.exit) at ")
+    assert "torch_exits/__init__.py:3" in cause.summary
+
+
+def test_entry_point_naming_a_missing_attribute(backend_env):
+    result = run(backend_env("badattr"), "badattr")
+    entry = checks(result)["entry_point"]
+    assert entry.status is Status.failed
+    assert entry.root_cause.summary == "entry point torch_badattr: module torch_badattr has no attribute '_autoload_missing'"
+    assert entry.root_cause.hint == "the entry point names an attribute the module does not define"
+    assert result.root_cause == entry.root_cause
+    assert checks(result)["plain_import"].root_cause.exception_type == "AttributeError"
+
+
+def test_package_without_entry_point(backend_env):
+    result = run(backend_env("noep"), "noep")
+    by_name = checks(result)
+    assert by_name["entry_point"].status is Status.failed
+    assert by_name["entry_point"].root_cause.summary == "torch_noep declares no entry point in group torch.backends"
+    assert by_name["entry_point"].root_cause.kind == "missing"
+    assert by_name["plain_import"].status is Status.failed
+    assert by_name["plain_import"].detail == "torch_noep not loaded by `import torch` (autoload)"
+    # The explicit-import pattern still works.
+    assert by_name["opt_out"].status is Status.passed
+    assert by_name["circular_import"].status is Status.passed
+
+
+def test_stdout_flood_neither_confuses_nor_bloats_the_result(backend_env):
+    result = run(backend_env("floods"), "floods")
+    assert result.status is Status.passed, result.model_dump_json(indent=1)[:3000]
+    assert len(result.model_dump_json()) < 20_000
+
+
+def test_autoload_stage_records_the_verification(backend_env, tmp_path):
+    import datetime as dt
+
+    from runner.models import RunRecord, TorchInfo
+    from runner.stages import autoload
+    from runner.stages.base import RunContext, RunOptions
+
+    manifest = manifest_mod.load(manifest_path("raises"))
+    env = backend_env("raises")
+    record = RunRecord(run_id="r1", backend=manifest.name, device=manifest.device, torch=TorchInfo(spec="2.13.0"),
+                       started_at=dt.datetime.now(dt.timezone.utc))
+    ctx = RunContext(manifest=manifest, options=RunOptions(), record=record, run_dir=tmp_path, cache=tmp_path,
+                     reporter=None, stage_name=autoload.NAME, env=env)
+    stage = autoload.run(ctx)
+    assert autoload.NAME == "autoload" and stage.name == "autoload"
+    assert stage.status is Status.failed
+    assert stage.root_cause.message == "torch_raises: device firmware 1.2 is required, found 0.9"
+    assert [c.name for c in stage.checks][:2] == ["entry_point", "plain_import"]
+    assert stage.summary.startswith("plain_import failed: RuntimeError: torch_raises: device firmware")
+    log = (tmp_path / "logs" / "autoload.log").read_text()
+    assert "autoload_on.py" in log and "torch_raises: device firmware" in log
+
+
+def test_manifest_entry_point_must_match_the_declared_one(backend_env, tmp_path):
+    # The badattr package declares `torch_badattr = torch_badattr:_autoload_missing`.
+    text = manifest_path("badattr").read_text().replace(
+        'entry_point = "torch_badattr = torch_badattr:_autoload_missing"',
+        'entry_point = "torch_badattr = torch_badattr:_autoload"')
+    (tmp_path / "backend.toml").write_text(text.replace('path = "."', f'path = "{manifest_path("badattr").parent}"'))
+    result = verify(backend_env("badattr").python, manifest_mod.load(tmp_path / "backend.toml"), runs=1, timeout=60)
+    entry = checks(result)["entry_point"]
+    assert entry.status is Status.failed
+    assert entry.detail == ("entry point mismatch: the manifest expects 'torch_badattr = torch_badattr:_autoload', "
+                            "torch_badattr declares 'torch_badattr = torch_badattr:_autoload_missing'")
+    assert result.root_cause == entry.root_cause
+
+
+def test_backend_not_installed_in_the_environment(backend_env):
+    result = run(backend_env("foo"), "pyd")
+    by_name = checks(result)
+    assert by_name["entry_point"].root_cause.summary == "distribution torch_pyd is not installed in the environment under test"
+    assert by_name["plain_import"].detail == "torch_pyd not loaded by `import torch` (autoload)"
+    assert result.root_cause == by_name["entry_point"].root_cause

@@ -1,0 +1,112 @@
+"""The pieces of the verification that need no environment: root causes from probe output, packaging."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from runner import rootcause
+from runner.verify import PROBES
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_innermost_exception_of_a_chain_wins_and_names_the_wrapped_entry_point():
+    chain = [
+        {"type": "RuntimeError", "message": "Failed to load the backend extension: torch_npu. You can disable "
+                                            "extension auto-loading with TORCH_DEVICE_BACKEND_AUTOLOAD=0.",
+         "frames": ["/x/torch/__init__.py:3034 in _import_device_backends"]},
+        {"type": "ImportError", "message": "libhccl.so: cannot open shared object file: No such file or directory",
+         "frames": ["/site/torch_npu/npu/utils.py:8 in <module>"]},
+    ]
+    cause = rootcause.from_chain(chain, what="import torch")
+    assert cause.kind == "exception"
+    assert cause.summary == "ImportError: libhccl.so: cannot open shared object file: No such file or directory"
+    assert cause.culprit == "torch_npu"
+    assert cause.hint == "a shared library is missing: the vendor runtime is not installed on this machine"
+
+
+def test_system_exit_is_an_exit_code_with_where():
+    chain = [{"type": "SystemExit", "message": "3", "exit_code": 3,
+              "frames": ["<frozen importlib._bootstrap>:241 in _call_with_frames_removed",
+                         "/site/torch_exits/__init__.py:3 in <module>"]}]
+    cause = rootcause.from_chain(chain, what="import torch")
+    assert (cause.kind, cause.exit_code) == ("exit_code", 3)
+    assert cause.summary == ("the interpreter exited with code 3 during import torch (sys.exit) at "
+                             "/site/torch_exits/__init__.py:3 in <module>")
+    assert cause.hint.startswith("the backend calls sys.exit()")
+
+
+FAULT_DUMP = """\
+Fatal Python error: Aborted
+
+Current thread 0x00007f0a (most recent call first):
+  File "/site/torch_aborts/__init__.py", line 5 in _autoload
+  File "/site/torch/__init__.py", line 3030 in _import_device_backends
+  File "/site/torch/__init__.py", line 3077 in <module>
+  File "<frozen importlib._bootstrap>", line 241 in _call_with_frames_removed
+"""
+
+
+def test_stack_dump_says_where_a_process_died():
+    assert rootcause.stack_frames(FAULT_DUMP) == [[
+        "/site/torch_aborts/__init__.py:5 in _autoload",
+        "/site/torch/__init__.py:3030 in _import_device_backends",
+        "/site/torch/__init__.py:3077 in <module>",
+        "<frozen importlib._bootstrap>:241 in _call_with_frames_removed",
+    ]]
+    assert rootcause.where_stuck(FAULT_DUMP) == "/site/torch_aborts/__init__.py:5 in _autoload"
+    # A frame inside a backend's own package is preferred to torch's.
+    assert rootcause.where_stuck(FAULT_DUMP, ["/site/torch/"]) == "/site/torch/__init__.py:3030 in _import_device_backends"
+    assert rootcause.where_stuck("no dump here") is None
+
+
+@pytest.mark.parametrize("text, hint", [
+    ("RuntimeError: PyTorch is not linked with support for foo devices", "no tensor support"),
+    ("RuntimeError: Expected one of cpu, cuda device type at start of device string: bar", "the device name is not registered"),
+    ("torch_noep declares no entry point in group torch.backends", "declare `<name> = <module>:<function>`"),
+])
+def test_hints_for_autoload_failures(text, hint):
+    assert rootcause.hint_for(text).startswith(hint)
+
+
+def test_probes_never_import_the_runner_package():
+    scripts = sorted(PROBES.glob("*.py"))
+    assert {p.name for p in scripts} >= {"entry_points.py", "autoload_on.py", "autoload_off.py", "imports.py", "_probe.py"}
+    for script in scripts:
+        text = script.read_text()
+        assert "import runner" not in text and "from runner" not in text and "pydantic" not in text.replace(
+            "pull pydantic", ""), script
+
+
+def test_entry_points_probe_runs_without_torch(tmp_path):
+    # The orchestrator's interpreter has no torch: the probe still answers, saying so.
+    out = subprocess.run([sys.executable, "-X", "utf8", str(PROBES / "entry_points.py")], capture_output=True,
+                         text=True, timeout=60, env=dict(os.environ, OOTCI_PROBE_NONCE="n1"))
+    line = next(l for l in out.stdout.splitlines() if l.startswith("@@OOTCI-PROBE:n1@@ "))
+    assert '"torch_found": false' in line and '"phase": "entry_points"' in line
+
+
+@pytest.mark.slow
+def test_probes_ship_in_the_wheel(tmp_path, torch_layer):
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "runner", src / "runner", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    if (REPO / "dashboard").is_dir():
+        shutil.copytree(REPO / "dashboard", src / "dashboard", ignore=shutil.ignore_patterns("__pycache__"))
+    # The torch layer has setuptools and wheel; the orchestrator's venv need not.
+    result = subprocess.run([str(torch_layer.python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                             "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    wheel = next((tmp_path / "dist").glob("ootci-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for probe in ("entry_points.py", "autoload_on.py", "autoload_off.py", "imports.py", "_probe.py"):
+        assert f"runner/probes/{probe}" in names
