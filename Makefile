@@ -12,8 +12,7 @@ setup:
 demo: setup
 	$(OOTCI) run openreg --torch $(TORCH) --out $(OUT)/runs; \
 	status=$$?; \
-	$(OOTCI) dashboard build --data $(OUT)/runs --out $(OUT)/site && \
-	echo "dashboard: $(OUT)/site/index.html"; \
+	$(OOTCI) dashboard build --data $(OUT)/runs --out $(OUT)/site || exit $$?; \
 	exit $$status
 
 test: setup

@@ -17,6 +17,9 @@ COMMANDS = [
     "torch",
     "verify",
     "test",
+    "dashboard",
+    "history",
+    "summary",
 ]
 
 

@@ -26,10 +26,13 @@ TARGET_IDS = target_pytest.discover(TARGET_TESTS)
 
 @pytest.fixture(scope="session")
 def target_results(tmp_path_factory):
-    stamp = target_pytest.sources_hash(BACKEND) + "|" + " ".join(REQUIREMENTS)
+    # What gets installed; editing the target tests needs no rebuild.
+    stamp = target_pytest.sources_hash(
+        BACKEND / "csrc", BACKEND / "torch_openreg", BACKEND / "setup.py", BACKEND / "pyproject.toml"
+    )
     venv = REPO / ".cache" / "openreg-venv"
     python = target_pytest.ensure_venv(
-        venv, REQUIREMENTS, [["--no-build-isolation", "--no-deps", str(BACKEND)]], stamp
+        venv, REQUIREMENTS, [["--no-build-isolation", "--no-deps", "--force-reinstall", str(BACKEND)]], stamp
     )
     junit = tmp_path_factory.mktemp("openreg") / "junit.xml"
     proc = target_pytest.run(python, TARGET_TESTS, junit, cwd=REPO, extra=["-n", "2"])

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _selected(names: list[str]) -> list[manifest_mod.Manifest]:
-    return [registry.resolve(n) for n in names] if names else registry.load_all()
+    # dict.fromkeys: a name given twice (openreg plus a selection that has it) runs once.
+    return [registry.resolve(n) for n in dict.fromkeys(names)] if names else registry.load_all()
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -50,7 +50,8 @@ def options_from(args: argparse.Namespace) -> RunOptions:
     spec = torchspec.parse(torch)
     if args.out.exists() and not args.out.is_dir():
         raise OutputError(f"--out: {args.out} exists and is not a directory")
-    return RunOptions(torch=spec.raw, out=args.out, python=python, index_url=args.index_url, suites=suites,
+    # Absolute: stages run tools in other working directories.
+    return RunOptions(torch=spec.raw, out=args.out.absolute(), python=python, index_url=args.index_url, suites=suites,
                       trigger=args.trigger, pr=args.pr, jobs=args.jobs, cache=args.cache,
                       torch_repo=args.torch_repo, dry_run=args.dry_run)
 

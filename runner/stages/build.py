@@ -17,6 +17,8 @@ from .base import RunContext, config_failure, proc_failure
 
 NAME = "build"
 
+CCACHE_MASQUERADE_DIRS = ("/usr/lib/ccache", "/usr/lib64/ccache", "/usr/local/opt/ccache/libexec")
+
 
 def _builder_python(ctx: RunContext) -> Path:
     if ctx.torch_env is not None:
@@ -32,9 +34,12 @@ def _build_env(ctx: RunContext, python: Path, wheel_dir: Path) -> dict[str, str]
     env["OOTCI_WHEEL_DIR"] = str(wheel_dir)
     env["OOTCI_PYTHON"] = str(python)
     env.setdefault("MAX_JOBS", str(ctx.options.jobs or os.cpu_count() or 2))
-    if shutil.which("ccache") and "CC" not in env:
-        # cpp_extension honours CC/CXX; ccache makes a rebuild after a torch bump cheap.
-        env["CC"], env["CXX"] = "ccache gcc", "ccache g++"
+    masquerade = next((d for d in CCACHE_MASQUERADE_DIRS if Path(d, "g++").exists()), None)
+    if masquerade and "CC" not in env and "CXX" not in env:
+        # ccache's compiler-named links first on PATH: every build system (setuptools,
+        # ninja, cmake) then compiles through ccache while still seeing plain `g++`,
+        # which torch.utils.cpp_extension's compiler check insists on.
+        env["PATH"] = masquerade + os.pathsep + env["PATH"]
         env.setdefault("CCACHE_DIR", str(ctx.cache / "ccache"))
     return env
 

@@ -41,12 +41,14 @@ def discover(tests_dir: Path) -> list[str]:
     return ids
 
 
-def sources_hash(*roots: Path, suffixes=(".py", ".cpp", ".h", ".toml")) -> str:
+def sources_hash(*paths: Path, suffixes=(".py", ".cpp", ".h", ".toml")) -> str:
+    """Hash of the given files and of the source files under given folders."""
     h = hashlib.sha256()
-    for root in roots:
-        for path in sorted(root.rglob("*")):
+    for root in paths:
+        files = [root] if root.is_file() else sorted(root.rglob("*"))
+        for path in files:
             if path.is_file() and path.suffix in suffixes and "build" not in path.parts:
-                h.update(str(path.relative_to(root)).encode())
+                h.update(path.name.encode())
                 h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -56,18 +58,23 @@ def venv_python(venv: Path) -> Path:
 
 
 def ensure_venv(venv: Path, requirements: list[str], installs: list[list[str]], stamp: str) -> Path:
-    """Create `venv` with `requirements`, then run each `pip install` argument
-    list of `installs`. Reused as long as `stamp` is unchanged."""
+    """Create `venv` with `requirements` (kept while they are unchanged), then
+    run each `pip install` argument list of `installs` unless `stamp` (e.g. a
+    hash of the sources being installed) matches the last successful run."""
     python = venv_python(venv)
+    req_marker = venv / ".ootci-requirements"
     marker = venv / ".ootci-stamp"
-    if python.exists() and marker.exists() and marker.read_text() == stamp:
-        return python
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    requirements_stamp = "\n".join(requirements)
     pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.run(pip + requirements, check=True)
-    for args in installs:
-        subprocess.run(pip + args, check=True, env={**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS", "2")})
-    marker.write_text(stamp)
+    if not (python.exists() and req_marker.exists() and req_marker.read_text() == requirements_stamp):
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run(pip + requirements, check=True)
+        req_marker.write_text(requirements_stamp)
+    if not (marker.exists() and marker.read_text() == stamp):
+        env = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS", "2")}
+        for args in installs:
+            subprocess.run(pip + args, check=True, env=env)
+        marker.write_text(stamp)
     return python
 
 

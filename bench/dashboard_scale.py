@@ -1,0 +1,92 @@
+"""Scale benchmark of `ootci dashboard build` (run by hand; prints figures, asserts nothing).
+
+    python bench/dashboard_scale.py                      # 100 backends x 365 nights x 2,000 tests
+    python bench/dashboard_scale.py --runs 30 --keep     # smaller, keep the data for another go
+
+Goals: full build <= 20 s, index.html <= 300 KB, adding one night <= 3 s.
+Phases: generate the records (not timed against a goal), a cold full build (parse every
+record into a fresh index, render everything), a no-change rebuild, adding one night
+to one backend, and a full re-render from the warm index (--rebuild).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dashboard import site, synthetic  # noqa: E402
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def timed(label: str, fn):
+    start = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - start
+    print(f"{label:<34} {seconds:8.2f} s", flush=True)
+    return result, seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backends", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=365)
+    ap.add_argument("--tests", type=int, default=2000)
+    ap.add_argument("--run-pages", type=int, default=site.DEFAULT_RUN_PAGES)
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "ootci-dashboard-bench")
+    ap.add_argument("--keep", action="store_true", help="keep (and reuse) the generated records")
+    args = ap.parse_args()
+
+    data, out = args.workdir / "runs", args.workdir / "site"
+    stamp = args.workdir / f"data-{args.backends}x{args.runs}x{args.tests}"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(site.default_state(out), ignore_errors=True)
+    if not stamp.exists():
+        shutil.rmtree(args.workdir, ignore_errors=True)
+        data.mkdir(parents=True)
+        step = max(1, args.backends // 10)
+        written, _ = timed(f"generate {args.backends * args.runs} records", lambda: synthetic.write_fast(
+            data, args.backends, args.runs, args.tests,
+            progress=lambda b: b % step == 0 and print(f"  {b}/{args.backends} backends", flush=True)))
+        print(f"  {written / 1e9:.2f} GB of record JSON")
+        stamp.touch()
+    # As the CLI does: the replaced site is deleted by a detached process after the swap.
+    quiet = {"warn": lambda line: None, "run_pages": args.run_pages, "jobs": args.jobs, "background_cleanup": True}
+
+    try:
+        report, full = timed("full build (cold index)", lambda: site.build(data, out, **quiet))
+        print(f"  {report.line()}\n  phases: {report.seconds}")
+        index_kb = (out / "index.html").stat().st_size / 1024
+        print(f"index.html                         {index_kb:8.1f} KB")
+        print(f"site size                          {du(out) / 1e6:8.1f} MB"
+              f" (index {site.default_state(out).joinpath('index.sqlite').stat().st_size / 1e6:.0f} MB)")
+
+        report, _ = timed("rebuild, nothing changed", lambda: site.build(data, out, **quiet))
+        print(f"  phases: {report.seconds}")
+
+        synthetic.write_fast(data, args.backends, 1, args.tests, start_night=args.runs, only=0)
+        report, add = timed("add one night to one backend", lambda: site.build(data, out, **quiet))
+        print(f"  {report.line()}\n  phases: {report.seconds}")
+
+        report, warm = timed("full re-render (warm index)", lambda: site.build(data, out, rebuild=True, **quiet))
+        print(f"  phases: {report.seconds}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.workdir, ignore_errors=True)
+
+    print(f"\ngoals: full build {full:.1f} s (<= 20; warm re-render {warm:.1f} s), "
+          f"index.html {index_kb:.0f} KB (<= 300), add one night {add:.2f} s (<= 3)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

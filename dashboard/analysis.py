@@ -1,0 +1,125 @@
+"""History questions about one backend, answered from the index.
+
+`runs` are the backend's main-line runs (not PR runs), oldest first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .records import FAILING
+from .store import Index, Run
+
+FLAKY_WINDOW = 30
+_HEX = re.compile(r"^[0-9a-f]{7,40}$")
+COMPARE_URL = "https://github.com/pytorch/pytorch/compare/{green}...{red}"
+
+
+def mainline(runs: list[Run]) -> list[Run]:
+    return [r for r in runs if r.trigger != "pr"]
+
+
+def last_green(runs: list[Run]) -> Run | None:
+    return next((r for r in reversed(runs) if r.ok), None)
+
+
+@dataclass
+class Culprit:
+    """The upstream range in which the backend turned red."""
+
+    green: Run | None
+    red: Run
+    red_runs: int
+
+    @property
+    def compare_url(self) -> str | None:
+        g = (self.green.torch_git or "") if self.green else ""
+        r = self.red.torch_git or ""
+        # Only ever link commit ids: a record's git_version is untrusted text.
+        if _HEX.match(g) and _HEX.match(r) and g != r:
+            return COMPARE_URL.format(green=g, red=r)
+        return None
+
+    @property
+    def same_torch(self) -> bool:
+        return bool(self.green and self.green.torch_git and self.green.torch_git == self.red.torch_git)
+
+
+def culprit(runs: list[Run]) -> Culprit | None:
+    """When the latest run is red: the last green run and the first red run after it."""
+    if not runs or runs[-1].ok:
+        return None
+    first_red = len(runs) - 1
+    while first_red > 0 and not runs[first_red - 1].ok:
+        first_red -= 1
+    green = runs[first_red - 1] if first_red > 0 else None
+    return Culprit(green=green, red=runs[first_red], red_runs=len(runs) - first_red)
+
+
+@dataclass
+class Changes:
+    new_failures: list[tuple[str, str]] = field(default_factory=list)  # (test id, outcome)
+    fixed: list[tuple[str, str]] = field(default_factory=list)  # (test id, outcome it had)
+
+
+def changes(index: Index, runs: list[Run]) -> Changes:
+    """Tests failing now but not in the previous run, and tests fixed since it."""
+    if len(runs) < 2:
+        return Changes()
+    prev, last = runs[-2], runs[-1]
+    now = {t: o for t, o in index.notable(last.id).items() if o in FAILING}
+    before = {t: o for t, o in index.notable(prev.id).items() if o in FAILING}
+    present = index.testset(last.id)
+    return Changes(
+        new_failures=sorted((t, o) for t, o in now.items() if t not in before),
+        fixed=sorted((t, o) for t, o in before.items() if t not in now and t in present),
+    )
+
+
+@dataclass
+class Flaky:
+    test: str
+    flaky_runs: int  # passed on retry
+    failed_runs: int
+    seen: int
+    flips: int
+    last: str
+
+
+def flaky(index: Index, runs: list[Run], window: int = FLAKY_WINDOW) -> list[Flaky]:
+    """Tests that passed on retry, or failed in two or more separate stretches, lately.
+
+    One failing stretch is a regression (and maybe its fix), not a flake.
+    """
+    recent = [r for r in runs[-window:] if r.total]
+    notable = [index.notable(r.id) for r in recent]
+    candidates = {t for n in notable for t, o in n.items() if o in FAILING or o == "flaky"}
+    found = []
+    for test in sorted(candidates):
+        states = []
+        flaky_runs = failed_runs = 0
+        for run, n in zip(recent, notable):
+            outcome = n.get(test)
+            if outcome is None:
+                if test not in index.testset(run.id):
+                    continue
+                outcome = "passed"
+            flaky_runs += outcome == "flaky"
+            failed_runs += outcome in FAILING
+            states.append(outcome in FAILING)
+        flips = sum(1 for a, b in zip(states, states[1:]) if a != b)
+        stretches = sum(1 for i, bad in enumerate(states) if bad and (i == 0 or not states[i - 1]))
+        if flaky_runs or stretches >= 2:
+            found.append(Flaky(test, flaky_runs, failed_runs, len(states), flips,
+                               "failing" if states and states[-1] else "passing"))
+    found.sort(key=lambda f: (-(f.flaky_runs + f.flips), f.test))
+    return found
+
+
+def expected_failures(index: Index, run: Run | None) -> list[tuple[str, str, str]]:
+    """(test id, xfailed or xpassed, reason) in the run."""
+    if run is None:
+        return []
+    reasons = index.xfail(run.id)
+    return sorted((t, o, reasons.get(t, "")) for t, o in index.notable(run.id).items() if o in ("xfailed", "xpassed"))

@@ -1,0 +1,246 @@
+"""Turning index rows and records into HTML, SVG and JSON text.
+
+Templates live in dashboard/templates (autoescaped: every string from a record is
+untrusted). Pages link to each other by relative paths so the site works from any
+sub-path of GitHub Pages and from file://.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+
+import jinja2
+from markupsafe import Markup, escape
+
+from .records import FAILING
+from .store import Run, safe_name
+
+# Bump when templates or page layout change: the next build re-renders every page.
+RENDERER_VERSION = "5"
+STAGES = ("torch", "build", "install", "autoload", "smoke", "integration")
+GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "blocked": "–", "skipped": "○"}
+COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "crashed": "#82071e", "timeout": "#bc4c00",
+           "blocked": "#8c959f", "skipped": "#afb8c1", "unknown": "#8c959f"}
+OUTCOME_ORDER = ("failed", "error", "crashed", "timeout", "xpassed", "flaky", "xfailed", "skipped", "passed")
+LONG_TEXT = 20_000  # characters of a message or log tail shown before cutting
+
+_env: jinja2.Environment | None = None
+
+
+def env() -> jinja2.Environment:
+    global _env
+    if _env is None:
+        _env = jinja2.Environment(
+            loader=jinja2.PackageLoader("dashboard", "templates"),
+            autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+        )
+        _env.filters.update(duration=fmt_duration, when=fmt_time, short=short_sha, counts=counts_text,
+                            pct=fmt_pct, cut=cut)
+        _env.globals.update(STAGES=STAGES, GLYPH=GLYPH, run_href=run_href, backend_href=backend_href,
+                            stage_title=stage_title, sparkline=sparkline, coverage_rows=coverage_rows,
+                            outcome_class=outcome_class)
+    return _env
+
+
+def page(template: str, **context) -> str:
+    return env().get_template(template).render(**context)
+
+
+# --- formatting -----------------------------------------------------------------
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds >= 0.1 or seconds == 0 else f"{seconds * 1000:.0f} ms"
+    minutes, sec = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} m {sec:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} m"
+
+
+def fmt_time(iso: str | None) -> str:
+    if not iso:
+        return ""
+    return iso.replace("T", " ").removesuffix("Z")[:16] + " UTC"
+
+
+def fmt_pct(rate: float | None) -> str:
+    return "–" if rate is None else f"{rate * 100:.1f}%"
+
+
+def short_sha(sha: str | None) -> str:
+    return (sha or "")[:12]
+
+
+def cut(text: str, limit: int = LONG_TEXT) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… ({len(text) - limit} more characters)"
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    ordered = sorted(counts.items(), key=lambda kv: OUTCOME_ORDER.index(kv[0]) if kv[0] in OUTCOME_ORDER else 99)
+    return ", ".join(f"{n} {o}" for o, n in ordered) if counts else "no tests"
+
+
+def outcome_class(outcome: str) -> str:
+    if outcome in FAILING:
+        return "bad"
+    return {"passed": "good", "flaky": "warn", "xfailed": "muted", "skipped": "muted"}.get(outcome, "muted")
+
+
+def stage_title(stage: dict | None, name: str) -> str:
+    if stage is None:
+        return f"{name}: not run"
+    parts = [f"{name}: {stage['status']}", fmt_duration(stage.get("duration_s"))]
+    if stage.get("counts"):
+        parts.append(counts_text(stage["counts"]))
+    if stage.get("cause"):
+        parts.append(stage["cause"])
+    elif stage.get("summary"):
+        parts.append(stage["summary"])
+    return " · ".join(p for p in parts if p)
+
+
+# --- links ------------------------------------------------------------------------
+
+def run_base(run: Run) -> str:
+    """Site path of a run page without '.html'; its logs sit beside it (no directory per run)."""
+    return f"runs/{safe_name(run.backend)}/{run.slug}"
+
+
+def run_href(run: Run) -> str:
+    return f"{run_base(run)}.html"
+
+
+def backend_href(name: str) -> str:
+    return f"backends/{safe_name(name)}.html"
+
+
+def log_name(base: str, stage: str) -> str:
+    return f"{base}.{safe_name(stage)}.log.txt"
+
+
+# --- SVG ----------------------------------------------------------------------------
+
+def sparkline(runs: list[Run], width: int = 4, height: int = 20) -> Markup:
+    """Bars for the last runs: height is the pass rate, colour the run's status."""
+    if not runs:
+        return Markup("")
+    paths: dict[str, list[str]] = {}
+    for i, run in enumerate(runs):
+        rate = run.pass_rate if run.pass_rate is not None else (1.0 if run.ok else 0.0)
+        h = max(3, round(rate * height))
+        paths.setdefault(_status(run.status), []).append(f"M{i * width} {height}v-{h}h{width - 1}v{h}z")
+    w = len(runs) * width
+    greens = sum(1 for r in runs if r.ok)
+    title = f"last {len(runs)} runs: {greens} green, {len(runs) - greens} red"
+    body = "".join(f'<path class="f-{s}" d="{"".join(d)}"/>' for s, d in paths.items())
+    return Markup(f'<svg class="spark" width="{w}" height="{height}" viewBox="0 0 {w} {height}" role="img">'
+                  f'<title>{html.escape(title)}</title>{body}</svg>')
+
+
+def trend(runs: list[Run], hrefs: dict[int, str] | None = None, width: int = 760, height: int = 170) -> Markup:
+    """Pass rate over the backend's history, one dot per run coloured by status."""
+    if not runs:
+        return Markup("")
+    pad_l, pad_r, pad_t, pad_b = 36, 8, 8, 20
+    plot_w, plot_h = width - pad_l - pad_r, height - pad_t - pad_b
+    step = plot_w / max(1, len(runs) - 1)
+    parts = [f'<svg class="trend" viewBox="0 0 {width} {height}" role="img" aria-label="pass rate per run">']
+    for pct in (0, 50, 100):
+        y = pad_t + plot_h * (1 - pct / 100)
+        parts.append(f'<line class="grid" x1="{pad_l}" x2="{width - pad_r}" y1="{y:.1f}" y2="{y:.1f}"/>'
+                     f'<text x="{pad_l - 4}" y="{y + 4:.1f}" text-anchor="end">{pct}%</text>')
+    points, dots = [], []
+    for i, run in enumerate(runs):
+        x = pad_l + i * step if len(runs) > 1 else pad_l + plot_w / 2
+        rate = run.pass_rate if run.pass_rate is not None else 0.0
+        y = pad_t + plot_h * (1 - rate)
+        points.append(f"{x:.1f},{y:.1f}")
+        label = html.escape(f"{fmt_time(run.started_at)} · {run.status} · pass rate {fmt_pct(run.pass_rate)}")
+        dot = f'<circle class="f-{_status(run.status)}" cx="{x:.1f}" cy="{y:.1f}" r="3"><title>{label}</title></circle>'
+        href = (hrefs or {}).get(run.id)
+        dots.append(f'<a href="{html.escape(href)}">{dot}</a>' if href else dot)
+    parts.append(f'<polyline class="line" points="{" ".join(points)}"/>')
+    parts.extend(dots)
+    parts.append(f'<text x="{pad_l}" y="{height - 4}">{html.escape(fmt_time(runs[0].started_at)[:10])}</text>'
+                 f'<text x="{width - pad_r}" y="{height - 4}" text-anchor="end">'
+                 f'{html.escape(fmt_time(runs[-1].started_at)[:10])}</text></svg>')
+    return Markup("".join(parts))
+
+
+def badge(label: str, status: str) -> str:
+    """A shields-style SVG badge with its colours inline (it is shown outside the site)."""
+    text = {"passed": "passing", "skipped": "skipped"}.get(status, status)
+    colour = COLOURS.get(status, COLOURS["unknown"])
+    lw, rw = 7 * len(label) + 12, 7 * len(text) + 12
+    w = lw + rw
+    label_e, text_e = html.escape(label), html.escape(text)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="20" role="img" '
+            f'aria-label="{label_e}: {text_e}"><title>{label_e}: {text_e}</title>'
+            f'<rect width="{lw}" height="20" fill="#555"/><rect x="{lw}" width="{rw}" height="20" fill="{colour}"/>'
+            f'<g fill="#fff" font-family="Verdana,DejaVu Sans,sans-serif" font-size="11" text-anchor="middle">'
+            f'<text x="{lw / 2}" y="14">{label_e}</text><text x="{lw + rw / 2}" y="14">{text_e}</text></g></svg>\n')
+
+
+def _status(status: str) -> str:
+    return status if status in COLOURS else "unknown"
+
+
+# --- run page rows: 2,000 rows per page, so built without a template loop -------------
+# End tags of cells and rows are optional in HTML; leaving them out keeps a page of
+# thousands of tests a third smaller. Styling keys off data-outcome and column order.
+
+def test_rows(tests) -> Markup:
+    out = []
+    esc = escape
+    suites: dict[str, str] = {}
+    for t in tests:
+        o = t.outcome.value
+        detail = ""
+        if t.message:
+            detail = f'<pre class="msg">{esc(cut(t.message))}</pre>'
+        if t.log_tail:
+            detail += f'<details><summary>log tail</summary><pre class="log">{esc(cut(t.log_tail))}</pre></details>'
+        suite = suites.get(t.suite) or suites.setdefault(t.suite, str(esc(t.suite)))
+        extra = f" ×{t.attempts}" if t.attempts > 1 else ""
+        out.append(f'<tr data-outcome="{o}"><td>{o}<td>{esc(t.id)}<td>{suite}<td>{fmt_duration(t.duration_s)}{extra}'
+                   f'<td>{detail}')
+    return Markup("\n".join(out))
+
+
+def coverage_rows(ops: list[str], backends: list[str], table: dict[str, dict[str, dict]]) -> Markup:
+    """The ops x backends cells (up to hundreds of each, so no template loop)."""
+    out = []
+    esc = escape
+    names = [(b, esc(b)) for b in backends]
+    for op in ops:
+        row = table[op]
+        eop = esc(op)
+        cells = []
+        for b, eb in names:
+            c = row.get(b)
+            if c is None:
+                cells.append(f'<td class="cov-none" title="{eb} · {eop}: not tested">')
+                continue
+            ok, bad, skip = c["ok"], c["bad"], c["skip"]
+            kind = "cov-bad" if bad else ("cov-ok" if ok else "cov-skip")
+            title = f"{eb} · {eop}: " + "; ".join(
+                f"{label} {esc(', '.join(dtypes))}" for label, dtypes in
+                (("passing", ok), ("failing", bad), ("skipped", skip)) if dtypes)
+            cells.append(f'<td class="{kind}" title="{title}">{len(ok)}/{len(ok) + len(bad)}')
+        out.append(f'<tr><th class="name">{eop}</th>{"".join(cells)}')
+    return Markup("\n".join(out))
+
+
+def dumps(data) -> str:
+    return json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")

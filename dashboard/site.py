@@ -1,0 +1,478 @@
+"""`ootci dashboard build`: RunRecords in, a static site out, never half-written.
+
+A build (1) finds every record.json under the data dir and parses only the new or
+changed ones into the SQLite index, (2) decides which pages changed, (3) writes them
+into a staging directory next to the site that starts as a hard-linked copy of the
+current site, and (4) swaps the staging directory in. The index transaction commits
+only after the swap, so a failed build leaves both the old site and the old index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock
+
+from . import analysis, render
+from .records import BadRecord, FoundFile, discover, load, reset_worker, summarize, summarize_file
+from .store import Index, Run, safe_name
+
+STAMP = ".ootci-build.json"
+DEFAULT_RUN_PAGES = 30
+PARALLEL_FROM = 64  # records; fewer are parsed in-process
+
+
+@dataclass
+class BuildReport:
+    records: int = 0
+    parsed: int = 0
+    removed: int = 0
+    skipped: list[str] = field(default_factory=list)
+    full: bool = False
+    run_pages_written: int = 0
+    run_pages_deleted: int = 0
+    backend_pages: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        kind = "full" if self.full else "incremental"
+        return (f"dashboard: {kind} build, {self.records} records ({self.parsed} parsed, {self.removed} removed, "
+                f"{len(self.skipped)} skipped), {self.backend_pages} backend pages, "
+                f"{self.run_pages_written} run pages written, {self.run_pages_deleted} removed")
+
+
+def default_state(site: Path) -> Path:
+    return site.with_name(site.name + ".state")
+
+
+def build(data_dir: Path, site: Path, *, state: Path | None = None, run_pages: int | None = DEFAULT_RUN_PAGES,
+          jobs: int | None = None, rebuild: bool = False, warn=None,
+          background_cleanup: bool = False) -> BuildReport:
+    """Build or update the site. run_pages: run pages kept per backend (None: every run).
+
+    background_cleanup: delete the replaced site in a detached process instead of waiting.
+    """
+    warn = warn or (lambda line: print(f"ootci: warning: {line}", file=sys.stderr))
+    data_dir, site = data_dir.resolve(), site.resolve()
+    state = (state or default_state(site)).resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(state / "build.lock")):
+        index = Index(state / "index.sqlite")
+        try:
+            builder = _Build(data_dir, site, index, run_pages, jobs, rebuild, warn)
+            builder.background_cleanup = background_cleanup
+            return builder.run()
+        finally:
+            index.close()
+
+
+class _Build:
+    def __init__(self, data_dir: Path, site: Path, index: Index, run_pages: int | None, jobs: int | None,
+                 rebuild: bool, warn):
+        self.data_dir, self.site, self.index = data_dir, site, index
+        self.run_pages, self.jobs, self.rebuild, self.warn = run_pages, jobs, rebuild, warn
+        self.report = BuildReport()
+        self.dirty_backends: set[str] = set()
+        self.dirty_prs: set[int] = set()
+        self.removed_runs: list[Run] = []
+        self.replaced: list[Run] = []  # rows of records that changed: their old page goes
+        self.staging = site.parent / f".{site.name}.building-{os.getpid()}"
+
+    def _tick(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self.report.seconds[name] = round(now - since, 3)
+        return now
+
+    def run(self) -> BuildReport:
+        t = time.perf_counter()
+        self.index.begin()
+        try:
+            build_id = uuid.uuid4().hex
+            self.report.full = self._needs_full()
+            if self.report.full:
+                self.index.forget_pages()
+            t = self._tick("check", t)
+            self._ingest()
+            t = self._tick("ingest", t)
+            self._prepare_staging()
+            t = self._tick("staging", t)
+            self._render(build_id)
+            t = self._tick("render", t)
+            self._swap()
+            self.index.set_meta("build_id", build_id)
+            self.index.set_meta("renderer", render.RENDERER_VERSION)
+            self.index.set_meta("run_pages", str(self.run_pages))
+            self.index.commit()
+            self._tick("swap", t)
+        except BaseException:
+            self.index.rollback()
+            shutil.rmtree(self.staging, ignore_errors=True)
+            raise
+        return self.report
+
+    # --- 1. what changed -------------------------------------------------------------
+    def _needs_full(self) -> bool:
+        if self.rebuild or not self.site.is_dir():
+            return True
+        try:
+            stamp = json.loads((self.site / STAMP).read_text())
+        except (OSError, ValueError):
+            return True
+        return (stamp.get("build_id") != self.index.meta("build_id")
+                or self.index.meta("run_pages") != str(self.run_pages)
+                or stamp.get("renderer") != render.RENDERER_VERSION
+                or self.index.meta("renderer") != render.RENDERER_VERSION)
+
+    def _ingest(self) -> None:
+        found = discover(self.data_dir) if self.data_dir.is_dir() else []
+        if not self.data_dir.is_dir():
+            self.warn(f"{self.data_dir}: no such directory; building an empty dashboard")
+        self.report.records = len(found)
+        known = self.index.known_files()
+        present = {f.rel for f in found}
+        changed = [f for f in found if known.get(f.rel, (None, None, None))[1:] != (f.mtime_ns, f.size)]
+        for rel in sorted(set(known) - present):
+            self._forget(rel)
+        for result, f in zip(self._summaries(changed), changed):
+            if isinstance(result, str):
+                self.report.skipped.append(result)
+                self.warn(f"skipped {result}")
+                if f.rel in known:  # was good, is bad now: it no longer counts
+                    self._forget(f.rel)
+                continue
+            self.report.parsed += 1
+            old = self.index.upsert(result)
+            self.dirty_backends.add(result.backend)
+            if result.pr is not None:
+                self.dirty_prs.add(result.pr)
+            if old is not None:
+                self.replaced.append(old)
+                self.dirty_backends.add(old.backend)
+                if old.pr is not None:
+                    self.dirty_prs.add(old.pr)
+
+    def _forget(self, rel: str) -> None:
+        run = self.index.delete(rel)
+        if run is not None:
+            self.report.removed += 1
+            self.removed_runs.append(run)
+            self.dirty_backends.add(run.backend)
+            if run.pr is not None:
+                self.dirty_prs.add(run.pr)
+
+    def _summaries(self, changed: list[FoundFile]):
+        jobs = self.jobs or os.cpu_count() or 1
+        if len(changed) < PARALLEL_FROM or jobs < 2:
+            seen: set[str] = set()
+            for f in changed:
+                try:
+                    yield summarize(load(self.data_dir / f.rel), f, seen)
+                except BadRecord as exc:
+                    yield str(exc)
+            return
+        with ProcessPoolExecutor(jobs, initializer=reset_worker) as pool:
+            yield from pool.map(summarize_file, [str(self.data_dir)] * len(changed), changed, chunksize=32)
+
+    # --- 2. staging -----------------------------------------------------------------
+    def _prepare_staging(self) -> None:
+        # Left behind by a build that was killed: nothing else uses them while we hold the lock.
+        for stale in self.site.parent.glob(f".{self.site.name}.building-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if self.report.full or not self.site.is_dir():
+            self.staging.mkdir(parents=True)
+            return
+        link_tree(self.site, self.staging)
+
+    def put(self, rel: str, text: str) -> None:
+        """Write a site file in staging without touching the live file it may be linked to."""
+        path = self.staging / rel
+        if path.exists():
+            path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+    def _swap(self) -> None:
+        old = self.site.parent / f".{self.site.name}.old-{uuid.uuid4().hex[:12]}"
+        if self.site.exists():
+            os.rename(self.site, old)
+        os.rename(self.staging, self.site)
+        if not old.exists():
+            return
+        if self.background_cleanup:
+            # The new site is live; deleting the old copy is only I/O, so a detached process
+            # does it and the build returns now.
+            subprocess.Popen([sys.executable, "-c", "import shutil, sys; shutil.rmtree(sys.argv[1], True)", str(old)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+
+    # --- 3. pages -------------------------------------------------------------------
+    def _render(self, build_id: str) -> None:
+        full = self.report.full
+        backends = self.index.backends()
+        cache = {} if full else self.index.backend_cache()
+        # Backends whose runs changed are worked out from their whole history; the others
+        # reuse what the last build derived (their index row, API entry, kept run pages).
+        fresh = {b: self.index.runs(b) for b in backends if full or b in self.dirty_backends or b not in cache}
+        wanted = {b: self._wanted_pages(runs) for b, runs in fresh.items()}
+        want_ids = {r.id for runs in wanted.values() for r in runs}
+        for b in backends:
+            if b not in fresh:
+                want_ids.update(cache[b]["wanted"])
+        have = self.index.page_runs()
+
+        # Run pages that leave the site: removed or changed records, runs past the retention.
+        for run in self.removed_runs + self.replaced:
+            if run.page:
+                self._drop_page(run.files)
+        stale = [i for i in have if i not in want_ids]
+        for i in stale:
+            self._drop_page(have[i])
+        self.index.clear_pages(stale)
+
+        to_write = [r for runs in wanted.values() for r in runs if r.id not in have]
+        self.index.set_pages(self._write_run_pages(to_write))
+        paged = want_ids
+
+        for gone in set(cache) - set(backends) | ({r.backend for r in self.removed_runs} - set(backends)):
+            for rel in (render.backend_href(gone), f"badges/{safe_name(gone)}.svg",
+                        f"api/backends/{safe_name(gone)}.json"):
+                if (self.staging / rel).exists():
+                    (self.staging / rel).unlink()
+            shutil.rmtree(self.staging / "runs" / safe_name(gone), ignore_errors=True)
+            self.index.drop_backend_cache(gone)
+
+        generated = render.now_iso()
+        for b, runs in fresh.items():
+            summary = self._backend_summary(b, runs, paged)
+            self._write_backend(summary, runs, paged)
+            self.report.backend_pages += 1
+            cache[b] = {"row": str(render.page("_index_row.html.j2", s=summary)), "api": summary["api"],
+                        "wanted": [r.id for r in wanted[b]], "latest_id": summary["latest"].id}
+            self.index.set_backend_cache(b, cache[b])
+
+        prs = self.index.prs()
+        for pr in (p for p, _, _ in prs) if full else sorted(self.dirty_prs):
+            runs = self.index.pr_runs(pr)
+            if runs:
+                self.put(f"prs/{pr}.html", render.page("pr.html.j2", root="../", pr=pr, runs=runs, paged=paged,
+                                                       generated=generated))
+            elif (self.staging / f"prs/{pr}.html").exists():
+                (self.staging / f"prs/{pr}.html").unlink()
+
+        entries = [cache[b] for b in backends]
+        self.put("index.html", render.page("index.html.j2", root="", rows=[render.Markup(e["row"]) for e in entries],
+                                           prs=prs[:30], generated=generated, skipped=self.report.skipped))
+        self.put("coverage.html", render.page("coverage.html.j2", root="", **self._coverage(cache, backends),
+                                              generated=generated))
+        self.put("api/latest.json", render.dumps({
+            "generated_at": generated, "schema_version": 1, "backends": [e["api"] for e in entries],
+        }))
+        for asset in ("style.css", "filter.js"):
+            self.put(f"assets/{asset}", (Path(__file__).parent / "static" / asset).read_text())
+        self.put(".nojekyll", "")
+        self.put(STAMP, render.dumps({"build_id": build_id, "renderer": render.RENDERER_VERSION,
+                                      "generated_at": generated}))
+
+    def _wanted_pages(self, runs: list[Run]) -> list[Run]:
+        """Runs that get a page: the latest N main-line and N PR runs, and the culprit pair."""
+        if self.run_pages is None:
+            return runs
+        main = analysis.mainline(runs)
+        prs = [r for r in runs if r.trigger == "pr"]
+        keep = {r.id: r for r in main[-self.run_pages:] + prs[-self.run_pages:]} if self.run_pages else {}
+        suspect = analysis.culprit(main)
+        if suspect is not None:
+            keep[suspect.red.id] = suspect.red
+            if suspect.green is not None:
+                keep[suspect.green.id] = suspect.green
+        return list(keep.values())
+
+    def _drop_page(self, files: list[str]) -> None:
+        for rel in files:
+            path = self.staging / rel
+            if path.is_file():
+                path.unlink()
+        if files:
+            self.report.run_pages_deleted += 1
+
+    def _write_run_pages(self, runs: list[Run]) -> dict[int, list[str]]:
+        jobs = self.jobs or os.cpu_count() or 1
+        work = [(str(self.data_dir), r.rel, str(self.staging), render.run_base(r),
+                 render.backend_href(r.backend)) for r in runs]
+        if len(work) >= 8 and jobs > 1:
+            with ProcessPoolExecutor(min(jobs, len(work))) as pool:
+                results = list(pool.map(write_run_page, *zip(*work), chunksize=4))
+        else:
+            results = [write_run_page(*w) for w in work]
+        written = {}
+        for run, (problem, files) in zip(runs, results):
+            if problem:
+                self.warn(problem)
+            written[run.id] = files
+        self.report.run_pages_written += len(runs)
+        return written
+
+    def _backend_summary(self, name: str, runs: list[Run], paged: set[int]) -> dict:
+        main = analysis.mainline(runs) or runs
+        latest = main[-1]
+        green = analysis.last_green(main)
+        base = f"backends/{safe_name(name)}"
+        api = {
+            "name": name, "device": latest.device, "status": latest.status,
+            "run_id": latest.run_id, "started_at": latest.started_at, "trigger": latest.trigger,
+            "torch": {"spec": latest.torch_spec, "version": latest.torch_version, "git_version": latest.torch_git},
+            "stages": {s["name"]: s["status"] for s in latest.stages},
+            "tests": latest.counts, "pass_rate": latest.pass_rate,
+            "last_green": _run_ref(green),
+            "page": f"{base}.html", "badge": f"badges/{safe_name(name)}.svg", "api": f"api/{base}.json",
+            "run_page": render.run_href(latest) if latest.id in paged else None,
+        }
+        return {"name": name, "latest": latest, "green": green, "spark": main[-analysis.FLAKY_WINDOW:],
+                "api": api, "paged": latest.id in paged, "runs": len(main)}
+
+    def _write_backend(self, summary: dict, runs: list[Run], paged: set[int]) -> None:
+        name = summary["name"]
+        main = analysis.mainline(runs) or runs
+        pr_runs = [r for r in runs if r.trigger == "pr"]
+        suspect = analysis.culprit(main)
+        changes = analysis.changes(self.index, main)
+        flaky = analysis.flaky(self.index, main)
+        xfail = analysis.expected_failures(self.index, main[-1])
+        hrefs = {r.id: "../" + render.run_href(r) for r in main if r.id in paged}
+        self.put(render.backend_href(name), render.page(
+            "backend.html.j2", root="../", s=summary, runs=list(reversed(main)), pr_runs=list(reversed(pr_runs)),
+            culprit=suspect, changes=changes, flaky=flaky, xfail=xfail, paged=paged,
+            hidden=sum(1 for r in main if r.id not in paged),
+            trend=render.trend(main, hrefs), reproduce=reproduce_command(main[-1]),
+            generated=render.now_iso()))
+        self.put(f"badges/{safe_name(name)}.svg", render.badge(name, summary["latest"].status))
+        api = dict(summary["api"])
+        api.update({
+            "culprit": None if suspect is None else {
+                "last_green": _run_ref(suspect.green), "first_red": _run_ref(suspect.red),
+                "red_runs": suspect.red_runs, "compare_url": suspect.compare_url},
+            "new_failures": [{"test": t, "outcome": o} for t, o in changes.new_failures],
+            "newly_fixed": [{"test": t, "was": o} for t, o in changes.fixed],
+            "flaky": [vars(f) for f in flaky],
+            "expected_failures": [{"test": t, "outcome": o, "reason": why} for t, o, why in xfail],
+            "reproduce": reproduce_command(main[-1]),
+            "runs": [_run_entry(r, paged) for r in reversed(runs)],
+        })
+        self.put(f"api/backends/{safe_name(name)}.json", render.dumps(api))
+
+    def _coverage(self, cache: dict[str, dict], backends: list[str]) -> dict:
+        """Ops x backends from each backend's newest run with OpInfo results."""
+        table: dict[str, dict[str, dict]] = {}
+        sources = {}
+        for name in backends:
+            run = self.index.latest_with_ops(name)
+            if run is None:
+                continue
+            sources[name] = {"run": run, "latest": run.id == cache[name]["latest_id"]}
+            for op, groups in self.index.ops(run.id).items():
+                table.setdefault(op, {})[name] = {
+                    "ok": sorted(groups.get("ok", [])), "bad": sorted(groups.get("bad", [])),
+                    "skip": sorted(groups.get("skip", []))}
+        return {"ops": sorted(table), "table": table, "backends": list(sources), "sources": sources}
+
+
+def _run_ref(run: Run | None) -> dict | None:
+    if run is None:
+        return None
+    return {"run_id": run.run_id, "started_at": run.started_at, "status": run.status,
+            "torch_version": run.torch_version, "torch_git": run.torch_git}
+
+
+def _run_entry(run: Run, paged: set[int]) -> dict:
+    return {
+        "run_id": run.run_id, "started_at": run.started_at, "finished_at": run.finished_at,
+        "status": run.status, "trigger": run.trigger, "pr": run.pr,
+        "torch": {"spec": run.torch_spec, "version": run.torch_version, "git_version": run.torch_git},
+        "stages": {s["name"]: s["status"] for s in run.stages}, "tests": run.counts,
+        "pass_rate": run.pass_rate, "duration_s": run.duration_s,
+        "page": render.run_href(run) if run.id in paged else None,
+    }
+
+
+def reproduce_command(run: Run) -> str:
+    if run.command:
+        return run.command
+    spec = run.torch_spec or "nightly"
+    return f"ootci run {run.backend} --torch {spec}"
+
+
+def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_href: str) -> tuple[str | None, list[str]]:
+    """Render one run page and copy its logs beside it. Runs in worker processes.
+
+    Returns a warning line (or None) and the site files written.
+    """
+    record_path = Path(data_dir) / rel
+    try:
+        record = load(record_path)
+    except BadRecord as exc:
+        return f"run page not written: {exc}", []
+    root = Path(staging)
+    (root / base).parent.mkdir(parents=True, exist_ok=True)
+    files, logs, problems = [], {}, []
+    record_dir = record_path.parent.resolve()
+    for stage in record.stages:
+        if not stage.log:
+            continue
+        source = (record_dir / stage.log).resolve()
+        # A record is untrusted: its log path must stay inside the record's directory.
+        if not source.is_relative_to(record_dir) or not source.is_file():
+            problems.append(stage.name)
+            continue
+        target = render.log_name(base, stage.name)
+        _replace(root / target)
+        shutil.copyfile(source, root / target)
+        files.append(target)
+        logs[stage.name] = target.rsplit("/", 1)[1]
+    counts: dict[str, int] = {}
+    for t in record.tests:
+        counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
+    order = {o: i for i, o in enumerate(render.OUTCOME_ORDER)}
+    tests = sorted(record.tests, key=lambda t: (order.get(t.outcome.value, 99), t.id))
+    text = render.page("run.html.j2", root="../../", r=record, logs=logs, missing_logs=problems,
+                       counts=sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)),
+                       rows=render.test_rows(tests), backend_href="../../" + backend_href,
+                       reproduce=record.command or f"ootci run {record.backend} --torch {record.torch.spec}",
+                       generated=render.now_iso())
+    page = f"{base}.html"
+    _replace(root / page)
+    (root / page).write_text(text, encoding="utf-8")
+    return None, [page] + files
+
+
+def _replace(path: Path) -> None:
+    """Unlink before writing: in staging the old file is a hard link into the live site."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """Copy a directory tree as hard links (a copy where links are not possible)."""
+    for dirpath, dirnames, filenames in os.walk(source):
+        rel = os.path.relpath(dirpath, source)
+        dest = target / rel if rel != "." else target
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            src = os.path.join(dirpath, name)
+            try:
+                os.link(src, dest / name)
+            except OSError:
+                shutil.copy2(src, dest / name)

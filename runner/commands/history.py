@@ -1,0 +1,226 @@
+"""`ootci history merge` and `ootci history push`: the run history kept on a data branch.
+
+A run record never changes once written, so the history is a directory of run
+directories (`<run_id>/record.json` with its logs and JUnit files) and merging new
+runs into it is copying the directories it does not have yet. `push` commits that
+directory and pushes it to a branch (e.g. `ootci-data`), creating the branch on the
+first push and replaying onto a newer tip when another job pushed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import ValidationError
+
+from ..errors import OotciError, OutputError, UsageError
+from ..models import RunRecord
+
+PUSH_ATTEMPTS = 4
+GIT_TIMEOUT_S = 300
+
+
+class PublishError(OotciError):
+    """The history could not be committed or pushed."""
+
+    exit_code = 9
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("history", help="merge run records into a history directory and push it to a branch")
+    hsub = p.add_subparsers(dest="history_command", metavar="ACTION", required=True)
+
+    m = hsub.add_parser("merge", help="copy run directories that the history does not have yet")
+    m.add_argument("sources", nargs="+", type=Path, metavar="SOURCE",
+                   help="directories searched for <run_id>/record.json (e.g. downloaded artifacts)")
+    m.add_argument("--into", type=Path, required=True, metavar="DIR", help="the history directory")
+    m.add_argument("--missing-ok", action="store_true",
+                   help="a SOURCE that does not exist holds no runs (e.g. no job uploaded an artifact)")
+    m.set_defaults(func=cmd_merge)
+
+    pl = hsub.add_parser("pull", help="clone the data branch, or start an empty history if it does not exist yet")
+    pl.add_argument("checkout", type=Path, help="directory to clone into (must not exist or be empty)")
+    pl.add_argument("--branch", default="ootci-data", help="branch to clone (default ootci-data)")
+    pl.add_argument("--remote", help="remote URL (default: $GITHUB_SERVER_URL/$GITHUB_REPOSITORY)")
+    pl.set_defaults(func=cmd_pull)
+
+    pu = hsub.add_parser("push", help="commit a history checkout and push it to a branch")
+    pu.add_argument("checkout", type=Path, help="git checkout of the data branch (created if it is not one)")
+    pu.add_argument("--branch", default="ootci-data", help="branch to push to (default ootci-data)")
+    pu.add_argument("--remote", help="remote URL or name (default: origin, else "
+                                     "$GITHUB_SERVER_URL/$GITHUB_REPOSITORY)")
+    pu.add_argument("--message", default="ootci: add run records", help="commit message")
+    pu.set_defaults(func=cmd_push)
+
+
+# -- merge -------------------------------------------------------------------------
+
+def find_runs(source: Path) -> list[tuple[Path, RunRecord | None]]:
+    """Every run directory under `source`, with its record (None when it does not load)."""
+    runs = []
+    for record_file in sorted(source.rglob("record.json")):
+        try:
+            record = RunRecord.model_validate_json(record_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError, ValidationError):
+            record = None
+        runs.append((record_file.parent, record))
+    return runs
+
+
+def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str, list[str]]:
+    """Copy new run directories into `into`; returns run ids by what happened to them."""
+    outcome: dict[str, list[str]] = {"added": [], "present": [], "rejected": []}
+    into.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        if missing_ok and not source.exists():
+            continue
+        if not source.is_dir():
+            raise UsageError(f"history merge: {source} is not a directory")
+        for run_dir, record in find_runs(source):
+            if run_dir.resolve().is_relative_to(into.resolve()):
+                continue
+            if record is None or record.run_id != run_dir.name:
+                # A directory named otherwise would shadow or collide with another run.
+                outcome["rejected"].append(str(run_dir))
+                continue
+            target = into / record.run_id
+            if target.exists():
+                outcome["present"].append(record.run_id)
+                continue
+            # Copy beside, then rename: the history never holds half a run.
+            staging = Path(tempfile.mkdtemp(prefix=f".{record.run_id}.", dir=into))
+            try:
+                shutil.copytree(run_dir, staging, dirs_exist_ok=True)
+                staging.rename(target)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            outcome["added"].append(record.run_id)
+    return outcome
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    if args.into.exists() and not args.into.is_dir():
+        raise OutputError(f"--into: {args.into} exists and is not a directory")
+    outcome = merge(args.sources, args.into, missing_ok=args.missing_ok)
+    for run_dir in outcome["rejected"]:
+        print(f"ootci: history: skipped {run_dir}: record.json does not load or names another run")
+    print(f"ootci: history {args.into}: {len(outcome['added'])} added, "
+          f"{len(outcome['present'])} already present, {len(outcome['rejected'])} skipped")
+    return 0
+
+
+# -- pull and push -----------------------------------------------------------------
+
+def _git(checkout: Path, *args: str, env: dict[str, str] | None = None,
+         check: bool = True) -> subprocess.CompletedProcess:
+    identity = ["-c", "user.name=ootci", "-c", "user.email=ootci@users.noreply.github.com"]
+    try:
+        result = subprocess.run(["git", "-C", str(checkout), *identity, *args], capture_output=True,
+                                text=True, env=env, timeout=GIT_TIMEOUT_S)
+    except FileNotFoundError:
+        raise PublishError("git is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise PublishError(f"git {args[0]} took longer than {GIT_TIMEOUT_S}s") from None
+    if check and result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise PublishError(f"git {args[0]} failed in {checkout}: {detail[-1] if detail else result.returncode}")
+    return result
+
+
+def _default_remote() -> str:
+    server, repository = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
+    if server and repository:
+        return f"{server}/{repository}.git"
+    raise UsageError("history: no --remote, no 'origin' and no $GITHUB_REPOSITORY to use")
+
+
+def _remote_url(checkout: Path, remote: str | None) -> str:
+    if remote:
+        if "://" in remote or os.path.isabs(remote):
+            return remote
+        found = _git(checkout, "remote", "get-url", remote, check=False)
+        if found.returncode != 0:
+            raise UsageError(f"--remote: no remote named {remote!r} in {checkout}")
+        return found.stdout.strip()
+    found = _git(checkout, "remote", "get-url", "origin", check=False)
+    if found.returncode == 0:
+        return found.stdout.strip()
+    return _default_remote()
+
+
+def _auth_env(url: str) -> dict[str, str]:
+    """Environment for git that carries $GITHUB_TOKEN as an HTTP header.
+
+    Passed through GIT_CONFIG_* variables, so the token is never on a command line
+    nor written to .git/config (the checkout was made with persist-credentials: false).
+    """
+    env = dict(os.environ)
+    token = env.get("GITHUB_TOKEN")
+    parts = urlsplit(url)
+    if token and parts.scheme == "https":
+        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        index = int(env.get("GIT_CONFIG_COUNT", "0"))
+        env["GIT_CONFIG_COUNT"] = str(index + 1)
+        env[f"GIT_CONFIG_KEY_{index}"] = f"http.{parts.scheme}://{parts.netloc}/.extraheader"
+        env[f"GIT_CONFIG_VALUE_{index}"] = f"AUTHORIZATION: basic {basic}"
+    return env
+
+
+def pull(checkout: Path, branch: str, remote: str | None) -> str:
+    """Clone the tip of `branch` into `checkout`; an empty repository if the branch is new."""
+    url = remote or _default_remote()
+    if checkout.exists() and any(checkout.iterdir()):
+        raise OutputError(f"history pull: {checkout} exists and is not empty")
+    checkout.mkdir(parents=True, exist_ok=True)
+    env = _auth_env(url)
+    heads = _git(checkout, "ls-remote", "--heads", url, branch, env=env)
+    if heads.stdout.strip():
+        # Only the tip: records are immutable, their history is not needed to add more.
+        _git(checkout, "clone", "-q", "--depth", "1", "--branch", branch, "--single-branch", url, ".", env=env)
+        return f"cloned {branch}"
+    _git(checkout, "init", "-q", "-b", branch)
+    _git(checkout, "remote", "add", "origin", url)
+    return f"{branch} does not exist yet: starting an empty history"
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    print(f"ootci: history {args.checkout}: {pull(args.checkout, args.branch, args.remote)}")
+    return 0
+
+
+def push(checkout: Path, branch: str, remote: str | None, message: str) -> str:
+    """Commit everything in `checkout` and push it to `branch`; returns what was done."""
+    checkout.mkdir(parents=True, exist_ok=True)
+    inside = _git(checkout, "rev-parse", "--show-toplevel", check=False)
+    if inside.returncode != 0 or Path(inside.stdout.strip()).resolve() != checkout.resolve():
+        _git(checkout, "init", "-q", "-b", branch)
+    url = _remote_url(checkout, remote)
+    env = _auth_env(url)
+    _git(checkout, "add", "-A")
+    if _git(checkout, "diff", "--cached", "--quiet", check=False).returncode == 0:
+        return "nothing new to commit"
+    _git(checkout, "commit", "-q", "-m", message)
+    for _ in range(PUSH_ATTEMPTS):
+        pushed = _git(checkout, "push", "-q", url, f"HEAD:refs/heads/{branch}", env=env, check=False)
+        if pushed.returncode == 0:
+            return f"pushed to {branch}"
+        # Someone else pushed first. Records are new files, so replaying ours on top of
+        # theirs cannot conflict.
+        if _git(checkout, "fetch", "-q", url, branch, env=env, check=False).returncode != 0:
+            break
+        _git(checkout, "rebase", "-q", "FETCH_HEAD")
+    detail = (pushed.stderr or pushed.stdout).strip().splitlines()
+    raise PublishError(f"git push to {branch} failed: {detail[-1] if detail else pushed.returncode}")
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    print(f"ootci: history {args.checkout}: {push(args.checkout, args.branch, args.remote, args.message)}")
+    return 0

@@ -1,0 +1,90 @@
+"""`ootci summary OUT`: one table of every run under OUT, and the job's outputs.
+
+Workflows call it after `ootci run` (even when that failed) to learn the worst status
+and a safe artifact name without parsing JSON in shell. On GitHub Actions it writes
+`status`, `runs` and `artifact` to $GITHUB_OUTPUT; `--step-summary` also appends the
+table to $GITHUB_STEP_SUMMARY.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+from ..models import RunRecord, Status
+from ..report import ICONS
+from .history import find_runs
+
+# Worst first: the status a set of runs is reported with.
+SEVERITY = [Status.crashed, Status.timeout, Status.failed, Status.blocked, Status.passed, Status.skipped]
+NO_RUNS = "missing"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("summary", help="summarise the run records under a directory (Markdown, job outputs)")
+    p.add_argument("out", type=Path, help="directory holding <run_id>/record.json files")
+    p.add_argument("--artifact", metavar="NAME",
+                   help="artifact name to make safe and write to $GITHUB_OUTPUT as 'artifact'")
+    p.add_argument("--step-summary", action="store_true", help="also append the table to $GITHUB_STEP_SUMMARY")
+    p.set_defaults(func=cmd_summary)
+
+
+def worst_status(records: list[RunRecord]) -> str:
+    if not records:
+        return NO_RUNS
+    return min((r.status for r in records), key=SEVERITY.index).value
+
+
+def artifact_name(text: str) -> str:
+    """A name upload-artifact accepts: no slashes, colons, quotes or other specials."""
+    name = re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._-]+", "-", text)).strip("-.")
+    return name[:200] or "ootci"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:200]
+
+
+def _first_problem(record: RunRecord) -> str:
+    for stage in record.stages:
+        if not stage.status.ok and stage.status is not Status.blocked:
+            cause = stage.root_cause.summary if stage.root_cause else stage.summary
+            return f"{stage.name}: {cause}"
+    return ""
+
+
+def markdown_table(records: list[RunRecord], rejected: int) -> str:
+    lines = [f"### ootci: {len(records)} run(s), {worst_status(records)}", ""]
+    if records:
+        lines += ["| backend | status | torch | trigger | first problem | run |", "|---|---|---|---|---|---|"]
+        for r in sorted(records, key=lambda r: (r.backend, r.run_id)):
+            trigger = f"pr #{r.pr}" if r.trigger == "pr" and r.pr else r.trigger
+            lines.append(f"| {r.backend} | {ICONS[r.status]} {r.status.value} | {_cell(r.torch.version or r.torch.spec)} "
+                         f"| {trigger} | {_cell(_first_problem(r))} | `{r.run_id}` |")
+    else:
+        lines.append("No run records were written: see the log of the run step.")
+    if rejected:
+        lines += ["", f"{rejected} record file(s) did not load and were left out."]
+    return "\n".join(lines) + "\n\n"
+
+
+def _append(path: str | None, text: str) -> None:
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    runs = find_runs(args.out) if args.out.is_dir() else []
+    records = [record for _, record in runs if record is not None]
+    table = markdown_table(records, rejected=len(runs) - len(records))
+    print(table, end="")
+    outputs = [f"status={worst_status(records)}", f"runs={len(records)}"]
+    if args.artifact:
+        outputs.append(f"artifact={artifact_name(args.artifact)}")
+    _append(os.environ.get("GITHUB_OUTPUT"), "".join(line + "\n" for line in outputs))
+    if args.step_summary:
+        _append(os.environ.get("GITHUB_STEP_SUMMARY"), table)
+    return 0

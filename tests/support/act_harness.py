@@ -1,0 +1,163 @@
+"""Run this repository's workflows with act, offline, in host mode.
+
+act runs every job as a process on this machine (`-P ubuntu-latest=-self-hosted`).
+It cannot download remote actions here, so the workflows gate them on `env.ACT`; it
+intercepts `actions/checkout` of the repository itself and copies the working tree
+instead, which works offline.
+
+One translation is needed: the workflows reference their own actions and reusable
+workflows with GitHub's self-repository syntax (`uses: $/actions/setup`), which keeps
+them on the ootci revision a vendor's workflow called, and act does not know it yet.
+Under act the workspace *is* this repository at this revision, so `./` means the same
+thing: the copy that act runs has `$/` rewritten to `./`, nothing else changes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SELF_REFERENCE = re.compile(r"(\buses:\s*)\$/")
+REMOTE_ACTION = re.compile(r"\buses:\s*([\w.-]+/[\w.-]+)((?:/[\w.-]+)*)@([0-9a-f]{40})")
+# act copies the working tree for a checkout of the repository itself, offline.
+INTERCEPTED = {"actions/checkout"}
+STUB_ACTION = """\
+name: stand-in for {name}
+description: Resolves act's offline pre-fetch of {name}; every use is gated on env.ACT.
+runs:
+  using: composite
+  steps:
+    - shell: bash
+      run: echo "::error::{name} ran under act although the workflow gates it on env.ACT"; exit 1
+"""
+ACT_TIMEOUT_S = 900
+
+
+def act_binary() -> str | None:
+    beside = Path(sys.executable).parent / "act"
+    return str(beside) if beside.is_file() else shutil.which("act")
+
+
+def copy_repository(repo: Path, dest: Path) -> Path:
+    """The working tree (tracked and untracked files, not ignored ones) as a fresh git repository."""
+    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            check=True, capture_output=True, text=True).stdout
+    for name in filter(None, listed.split("\0")):
+        source = repo / name
+        if not source.is_file():  # deleted but not yet staged
+            continue
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    for path in workflow_files(dest):
+        path.write_text(SELF_REFERENCE.sub(r"\1./", path.read_text()))
+    git = ["git", "-C", str(dest), "-c", "user.name=ootci-test", "-c", "user.email=test@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "snapshot for act"], check=True)
+    return dest
+
+
+def workflow_files(root: Path) -> list[Path]:
+    return sorted([*root.glob(".github/workflows/*.yml"), *root.glob("actions/*/action.yml"),
+                   *root.glob("tests/workflows/*.yml")])
+
+
+def remote_action_stand_ins(root: Path, stubs: Path) -> list[str]:
+    """`--local-repository` mappings for every pinned remote action the workflows use.
+
+    act fetches every action of a job before running it, even those whose `if:` is
+    false. Each one is replaced by a local action that fails if it ever runs, so the
+    act run also proves that the `env.ACT` gates hold.
+    """
+    mappings = {}
+    for path in workflow_files(root):
+        for repo, subpath, sha in REMOTE_ACTION.findall(path.read_text()):
+            if repo in INTERCEPTED:
+                continue
+            stub = stubs / f"{repo.replace('/', '-')}-{sha[:12]}"
+            action_dir = stub / subpath.lstrip("/")
+            action_dir.mkdir(parents=True, exist_ok=True)
+            (action_dir / "action.yml").write_text(STUB_ACTION.format(name=f"{repo}{subpath}"))
+            mappings[f"{repo}@{sha}"] = f"{repo}@{sha}={stub}"
+    return sorted(mappings.values())
+
+
+def prepare(repo: Path, root: Path) -> tuple[Path, dict[str, str]]:
+    """A snapshot of `repo` under `root`, and the environment act passes to its jobs.
+
+    A fresh venv put first on PATH stands in for setup-python: `setup` installs ootci
+    into it, exactly as it would into the toolcache Python on GitHub.
+    """
+    workdir = copy_repository(repo, root / "repo")
+    python_home = root / "python"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(python_home)], check=True)
+    env = {
+        "PATH": f"{python_home / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "OOTCI_CACHE": os.environ.get("OOTCI_CACHE", str(repo / ".cache" / "ootci")),
+    }
+    return workdir, env
+
+
+@dataclass
+class ActResult:
+    returncode: int
+    output: str
+
+    def job_lines(self, marker: str) -> list[str]:
+        return [line for line in self.output.splitlines() if marker in line]
+
+
+def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], inputs: dict[str, str],
+            log: Path, stubs: Path, event_payload: Path | None = None) -> ActResult:
+    argv = [act_binary() or "act", event, "-W", workflow,
+            "-P", "ubuntu-latest=-self-hosted",
+            "--pull=false", "--action-offline-mode",
+            # act probes for a Docker engine even in host mode; there is none here.
+            "--container-daemon-socket", "-"]
+    for mapping in remote_action_stand_ins(workdir, stubs):
+        argv += ["--local-repository", mapping]
+    if event_payload is not None:
+        argv += ["--eventpath", str(event_payload)]
+    for key, value in env.items():
+        argv += ["--env", f"{key}={value}"]
+    for key, value in inputs.items():
+        argv += ["--input", f"{key}={value}"]
+    completed = subprocess.run(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=ACT_TIMEOUT_S, env={**os.environ, "NO_COLOR": "1"})
+    log.write_text(completed.stdout)
+    return ActResult(completed.returncode, completed.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m tests.support.act_harness WORKFLOW [INPUT=VALUE...] [--dir DIR]"""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m tests.support.act_harness",
+                                     description="Run one of this repository's workflows under act, offline.")
+    parser.add_argument("workflow", help="e.g. .github/workflows/nightly.yml or tests/workflows/caller.yml")
+    parser.add_argument("inputs", nargs="*", metavar="INPUT=VALUE", help="workflow_dispatch inputs")
+    parser.add_argument("--dir", type=Path, help="where the snapshot and $OOTCI_ACT_DIR go (default: a new temp dir)")
+    args = parser.parse_args(argv)
+    root = args.dir or Path(tempfile.mkdtemp(prefix="ootci-act-"))
+    root.mkdir(parents=True, exist_ok=True)
+    repo = Path(__file__).resolve().parents[2]
+    workdir, env = prepare(repo, root)
+    out = root / "out"
+    out.mkdir(exist_ok=True)
+    inputs = dict(item.split("=", 1) for item in args.inputs)
+    result = run_act(workdir, "workflow_dispatch", args.workflow, env={**env, "OOTCI_ACT_DIR": str(out)},
+                     inputs=inputs, log=root / "act.log", stubs=root / "stubs")
+    print(result.output[-4000:])
+    print(f"act exited {result.returncode}; full log {root / 'act.log'}; artifacts, history, site under {out}")
+    return result.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

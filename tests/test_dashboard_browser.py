@@ -1,0 +1,209 @@
+"""The built dashboard in a real Chromium over real HTTP: pages render, every link
+resolves, the outcome filter works, and hostile record text stays inert."""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urldefrag, urljoin, urlparse
+
+import pytest
+
+from dashboard import site, synthetic
+from runner import models
+from tests.support.static_site import CHROMIUM_ARGS, chromium_path, serve
+
+pytestmark = pytest.mark.skipif(chromium_path() is None,
+                                reason="chromium not on PATH (scripts/setup.sh installs Debian's chromium)")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "dashboard"
+COMPARE = re.compile(r"^https://github\.com/pytorch/pytorch/compare/[0-9a-f]{7,40}\.\.\.[0-9a-f]{7,40}$")
+
+LONG = "very long message " * 3000
+HOSTILE_ID = 'test_evil.py::test_<script>window.__pwned = 1</script>_"quoted"'
+HOSTILE_MSG = '<img src=x onerror="window.__pwned = 2; alert(2)"> Ünïcödé 日本語 ✓ 🔥'
+HOSTILE_CAUSE = "<svg onload=alert(3)>boom</svg>"
+
+
+def hostile_record():
+    sc = synthetic.default_scenarios()[0]
+    record = synthetic.build_record(sc, 20)
+    record.backend = "evil<b>end"
+    record.run_id = "evil-<i>run</i>"
+    record.tests[:0] = [
+        models.TestResult(id=HOSTILE_ID, suite="smoke", outcome=models.Outcome.failed, message=HOSTILE_MSG,
+                   log_tail="</pre><script>alert(4)</script>"),
+        models.TestResult(id="test_long.py::test_" + "x" * 3000, suite="smoke", outcome=models.Outcome.error, message=LONG),
+    ]
+    smoke = record.stage("smoke")
+    smoke.status = smoke.status.failed
+    smoke.root_cause = models.RootCause(kind="exception", summary=HOSTILE_CAUSE, hint="<b>not bold</b>")
+    record.status = record.status.failed
+    record.torch.git_version = "javascript:alert(5)"
+    return record
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    data = tmp_path_factory.mktemp("runs")
+    synthetic.write_history(data, nights=10, prs=1)
+    synthetic.write_record(data, hostile_record())
+    out = tmp_path_factory.mktemp("site") / "site"
+    site.build(data, out, jobs=1, warn=lambda line: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def base(built):
+    with serve(built) as url:
+        yield url
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.dialogs = []
+    page.errors = []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    yield page
+    context.close()
+
+
+def shot(page, name: str, full_page: bool = False) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
+
+
+def status_of(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_every_link_resolves(page, base):
+    """Crawl from index.html through every page; each internal href/src gets a 200."""
+    seen_pages, checked, external = set(), {}, set()
+    queue = [urljoin(base, "index.html")]
+    while queue:
+        url = queue.pop()
+        if url in seen_pages:
+            continue
+        seen_pages.add(url)
+        response = page.goto(url)
+        assert response.status == 200, url
+        assert page.errors == [], (url, page.errors)
+        refs = page.eval_on_selector_all(
+            "a[href], link[href], img[src], script[src]",
+            "els => els.map(e => e.getAttribute('href') || e.getAttribute('src'))")
+        for ref in refs:
+            target = urldefrag(urljoin(url, ref)).url
+            if not target.startswith(base):
+                external.add(target)
+                continue
+            if target not in checked:
+                checked[target] = status_of(target)
+            assert checked[target] == 200, (url, ref)
+            if urlparse(target).path.endswith(".html"):
+                queue.append(target)
+    kinds = {urlparse(u).path.split("/")[1] for u in seen_pages}
+    assert {"index.html", "coverage.html", "backends", "runs", "prs"} <= kinds
+    assert any(u.endswith(".log.txt") for u in checked) and any(u.endswith(".svg") for u in checked)
+    assert external and all(COMPARE.match(u) for u in external), external
+    assert page.dialogs == []
+
+
+def test_index_and_backend_pages_render(page, base):
+    page.goto(urljoin(base, "index.html"))
+    rows = page.locator("#backends tbody tr")
+    assert rows.count() == 5
+    assert page.locator("#backends tbody tr[data-status='crashed'] th a").first.inner_text() == "ascend"
+    assert page.locator("svg.spark").count() == 5
+    cell = page.locator("#backends tbody tr", has_text="gaudi").locator("td.c").nth(5)
+    assert cell.get_attribute("title").startswith("integration: ")
+    shot(page, "index")
+
+    page.get_by_role("link", name="ascend", exact=True).click()
+    assert page.url.endswith("backends/ascend.html")
+    assert page.locator("#culprit").is_visible()
+    assert page.locator("#culprit a.ext").get_attribute("href") == (
+        f"https://github.com/pytorch/pytorch/compare/{synthetic.torch_commit(8)}...{synthetic.torch_commit(9)}")
+    assert page.locator("#history tbody tr").count() == 10
+    assert page.locator("svg.trend circle").count() == 10
+    shot(page, "backend-ascend", full_page=True)
+
+    page.goto(urljoin(base, "coverage.html"))
+    assert page.locator("#coverage tbody tr").count() == len(synthetic.OPS)
+    shot(page, "coverage")
+
+
+def test_outcome_filter(page, base):
+    page.goto(urljoin(base, "backends/gaudi.html"))
+    page.locator("#history tbody tr[data-status='failed'] th a").first.click()
+    rows = page.locator("#tests tbody tr")
+    total = rows.count()
+    failed = page.locator("#tests tbody tr[data-outcome='failed']").count()
+    assert total > failed > 0
+    assert page.locator("#filters").is_visible()
+
+    page.locator("#filters button[data-filter='failed']").click()
+    assert page.locator("#tests tbody tr:visible").count() == failed
+    assert page.locator("#shown").inner_text() == f"{failed} of {total} tests shown"
+    shot(page, "run-filtered-failed")
+
+    page.locator("#filters button[data-filter='all']").click()
+    page.fill("#search", "matmul")
+    matmul = sum(1 for t in page.locator("#tests tbody tr td:nth-child(2)").all_inner_texts() if "matmul" in t.lower())
+    assert 0 < page.locator("#tests tbody tr:visible").count() == matmul < total
+
+
+def test_run_page_without_javascript_shows_every_row(browser, base):
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto(urljoin(base, "index.html"))
+    page.get_by_role("link", name="gaudi", exact=True).click()
+    page.locator("#history tbody tr th a").first.click()
+    rows = page.locator("#tests tbody tr")
+    assert rows.count() > 0 and page.locator("#tests tbody tr:visible").count() == rows.count()
+    assert not page.locator("#filters").is_visible()
+    context.close()
+
+
+def test_hostile_text_stays_inert_and_readable(page, base):
+    page.goto(urljoin(base, "index.html"))
+    page.get_by_role("link", name="evil<b>end", exact=True).click()
+    assert page.locator("h1").inner_text().startswith("evil<b>end")
+    assert page.locator("#culprit a.ext").count() == 0  # a non-hex commit is never linked
+    page.locator("#history tbody tr th a").first.click()
+
+    assert page.locator("h1").inner_text().startswith("evil-<i>run</i>")
+    assert page.get_by_text(HOSTILE_ID, exact=True).is_visible()
+    assert page.get_by_text(HOSTILE_MSG).is_visible()
+    assert page.get_by_text(HOSTILE_CAUSE).is_visible()
+    assert page.locator("img[src='x']").count() == 0
+    assert page.locator("main svg[onload], main i").count() == 0
+    assert page.get_by_text("<b>not bold</b>").is_visible()
+    assert page.locator("script").count() == 1  # only the filter script
+    assert page.evaluate("window.__pwned") is None
+    assert page.dialogs == [] and page.errors == []
+
+    # A very long unbroken test id wraps instead of widening the page past the viewport.
+    long_cell = page.locator("#tests td:nth-child(2)", has_text="test_long.py::test_xxx")
+    assert long_cell.bounding_box()["width"] < 1280
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280 + 1
+    assert "more characters" in page.locator("#tests tbody tr[data-outcome='error'] pre.msg").inner_text()
+    shot(page, "run-hostile")

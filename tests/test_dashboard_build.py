@@ -1,0 +1,350 @@
+"""`ootci dashboard build` on real RunRecord files: pages, history answers, incremental
+updates, bad input and the all-or-nothing swap."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dashboard import render, site, synthetic
+from dashboard.store import safe_name
+from runner.models import Outcome, RunRecord
+
+SCENARIOS = {s.name: s for s in synthetic.default_scenarios()}
+
+
+def write_nights(root: Path, name: str, days, **kw) -> list[RunRecord]:
+    records = [synthetic.build_record(SCENARIOS[name], day, **kw) for day in days]
+    for record in records:
+        synthetic.write_record(root, record)
+    return records
+
+
+def build(data: Path, out: Path, **kw) -> site.BuildReport:
+    warnings: list[str] = []
+    report = site.build(data, out, warn=warnings.append, jobs=1, **kw)
+    report.warnings = warnings
+    return report
+
+
+def api(out: Path, name: str) -> dict:
+    return json.loads((out / "api" / "backends" / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    data = tmp_path_factory.mktemp("runs")
+    synthetic.write_history(data, nights=14, prs=2)
+    out = tmp_path_factory.mktemp("site") / "site"
+    report = build(data, out)
+    return data, out, report
+
+
+def test_every_page_kind_is_written(history):
+    data, out, report = history
+    assert report.full and report.skipped == [] and report.records == 14 * 4 + 2 * 2
+    for name in SCENARIOS:
+        assert (out / "backends" / f"{name}.html").is_file()
+        badge = (out / "badges" / f"{name}.svg").read_text()
+        assert badge.startswith("<svg") and "<title>" in badge
+    assert (out / "index.html").is_file() and (out / "coverage.html").is_file()
+    assert sorted(p.name for p in (out / "prs").iterdir()) == ["100.html", "101.html"]
+    # Every run page copies the logs its record names.
+    run_pages = list((out / "runs").glob("*/*.html"))
+    assert len(run_pages) == report.run_pages_written == 60
+    some = out / "runs" / "gaudi"
+    assert len(list(some.glob("*.integration.log.txt"))) == 14
+
+
+def test_latest_api_matches_the_records(history):
+    data, out, _ = history
+    latest = json.loads((out / "api" / "latest.json").read_text())
+    by_name = {b["name"]: b for b in latest["backends"]}
+    assert set(by_name) == set(SCENARIOS)
+    last_night = {name: synthetic.build_record(sc, 13) for name, sc in SCENARIOS.items()}
+    for name, record in last_night.items():
+        entry = by_name[name]
+        assert entry["status"] == record.status.value
+        assert entry["run_id"] == record.run_id
+        assert entry["torch"]["git_version"] == record.torch.git_version
+        assert entry["stages"] == {s.name: s.status.value for s in record.stages}
+        assert (out / entry["page"]).is_file() and (out / entry["badge"]).is_file() and (out / entry["api"]).is_file()
+    # ascend crashes at autoload from night 9: its last green night is 8.
+    assert by_name["ascend"]["last_green"]["torch_git"] == synthetic.torch_commit(8)
+    assert by_name["openreg"]["last_green"]["run_id"] == last_night["openreg"].run_id
+
+
+def test_culprit_range_is_last_green_to_first_red(history):
+    _, out, _ = history
+    ascend = api(out, "ascend")
+    culprit = ascend["culprit"]
+    assert culprit["last_green"]["torch_git"] == synthetic.torch_commit(8)
+    assert culprit["first_red"]["torch_git"] == synthetic.torch_commit(9)
+    assert culprit["red_runs"] == 5
+    assert culprit["compare_url"] == (f"https://github.com/pytorch/pytorch/compare/"
+                                      f"{synthetic.torch_commit(8)}...{synthetic.torch_commit(9)}")
+    page = (out / "backends" / "ascend.html").read_text()
+    assert culprit["compare_url"] in page and "libhccl.so" in page
+    assert api(out, "gaudi")["culprit"] is None  # red nights 5-7, green again since 8
+    assert ascend["reproduce"] == "ootci run ascend --torch nightly"
+
+
+def test_flaky_tests_are_counted_from_the_records(history):
+    data, out, _ = history
+    test = synthetic.op_test_id("npu", "softmax", "float16")
+    outcomes = []
+    for path in sorted((data / "ascend").glob("*/record.json")):
+        record = RunRecord.model_validate_json(path.read_text())
+        if record.trigger == "pr":
+            continue
+        outcomes += [t.outcome for t in record.tests if t.id == test]
+    flaky = {f["test"]: f for f in api(out, "ascend")["flaky"]}
+    assert test in flaky
+    assert flaky[test]["flaky_runs"] == outcomes.count(Outcome.flaky) > 0
+    assert flaky[test]["failed_runs"] == outcomes.count(Outcome.failed)
+    assert flaky[test]["seen"] == len(outcomes)
+    assert api(out, "gaudi")["flaky"] == []  # one red stretch is a regression, not a flake
+
+
+def test_expected_failures_and_pr_pages(history):
+    _, out, _ = history
+    xfail = api(out, "openreg")["expected_failures"]
+    assert xfail == [{"test": synthetic.op_test_id("openreg", "topk", "bfloat16"), "outcome": "xfailed",
+                      "reason": "expected failure: topk is not implemented for bfloat16"}]
+    assert "topk is not implemented for bfloat16" in (out / "backends" / "openreg.html").read_text()
+    pr = (out / "prs" / "100.html").read_text()
+    assert "ascend" in pr and "openreg" in pr and "gaudi" not in pr
+    runs = api(out, "ascend")["runs"]
+    assert sorted(r["pr"] for r in runs if r["trigger"] == "pr") == [100, 101]
+
+
+def test_op_coverage_lists_ops_per_backend(history):
+    _, out, _ = history
+    page = (out / "coverage.html").read_text()
+    for op in synthetic.OPS:
+        assert f'<th class="name">{op}</th>' in page
+    # ascend's latest runs crash before the suites: coverage falls back to its last run with ops.
+    assert 'href="backends/ascend.html">ascend</a><br><span class="stale">2026-01-09' in page
+
+
+def test_new_failures_then_fixed_incrementally(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    write_nights(data, "gaudi", range(0, 6))  # night 5 is the first red one
+    write_nights(data, "openreg", range(0, 6))
+    first = build(data, out)
+    broken = sorted(SCENARIOS["gaudi"].broken_tests)
+    gaudi = api(out, "gaudi")
+    assert [f["test"] for f in gaudi["new_failures"]] == broken
+    assert gaudi["culprit"]["first_red"]["torch_git"] == synthetic.torch_commit(5)
+    assert first.full
+
+    openreg_page = out / "backends" / "openreg.html"
+    openreg_run = next((out / "runs" / "openreg").glob("*.html"))
+    before = {p: p.stat().st_ino for p in (openreg_page, openreg_run)}
+
+    write_nights(data, "gaudi", range(6, 9))  # night 8 is green again
+    second = build(data, out)
+    assert not second.full and second.parsed == 3 and second.backend_pages == 1
+    assert second.run_pages_written == 3
+    gaudi = api(out, "gaudi")
+    assert [f["test"] for f in gaudi["newly_fixed"]] == broken
+    assert gaudi["new_failures"] == [] and gaudi["culprit"] is None
+    # Pages of the untouched backend are the very same files, not re-rendered copies.
+    assert {p: p.stat().st_ino for p in before} == before
+
+    third = build(data, out)
+    assert third.parsed == 0 and third.backend_pages == 0 and third.run_pages_written == 0
+
+
+def test_run_page_retention_keeps_the_culprit_pair(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    records = write_nights(data, "ascend", range(0, 14))
+    build(data, out, run_pages=3)
+    kept = {p.stem for p in (out / "runs" / "ascend").glob("*.html")}
+    expected = {r.run_id for r in records[-3:]} | {records[8].run_id, records[9].run_id}
+    assert kept == expected
+    links = [r["page"] for r in api(out, "ascend")["runs"] if r["page"]]
+    assert len(links) == 5 and all((out / link).is_file() for link in links)
+
+    more = write_nights(data, "ascend", range(14, 16))
+    report = build(data, out, run_pages=3)
+    kept = {p.stem for p in (out / "runs" / "ascend").glob("*.html")}
+    assert kept == {r.run_id for r in (records + more)[-3:]} | {records[8].run_id, records[9].run_id}
+    assert report.run_pages_deleted == 2 and report.run_pages_written == 2
+
+
+def test_removed_record_leaves_the_site(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    records = write_nights(data, "openreg", range(0, 3))
+    build(data, out)
+    gone = data / "openreg" / records[-1].run_id
+    for path in sorted(gone.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    gone.rmdir()
+    report = build(data, out)
+    assert report.removed == 1
+    assert not list((out / "runs" / "openreg").glob(f"{records[-1].run_id}*"))
+    assert api(out, "openreg")["run_id"] == records[-2].run_id
+
+
+def test_bad_records_are_skipped_with_file_and_field(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    good = write_nights(data, "openreg", range(0, 2))
+    truncated = data / "broken" / "truncated" / "record.json"
+    truncated.parent.mkdir(parents=True)
+    truncated.write_text(good[0].model_dump_json()[:500])
+    invalid = data / "broken" / "invalid" / "record.json"
+    invalid.parent.mkdir(parents=True)
+    doc = json.loads(good[1].model_dump_json())
+    doc["tests"][3]["outcome"] = "exploded"
+    invalid.write_text(json.dumps(doc))
+    missing = data / "broken" / "missing" / "record.json"
+    missing.parent.mkdir(parents=True)
+    doc = json.loads(good[1].model_dump_json())
+    del doc["torch"]
+    missing.write_text(json.dumps(doc))
+
+    report = build(data, out)
+    lines = "\n".join(report.warnings)
+    assert len(report.skipped) == 3
+    assert f"{truncated}: not valid JSON" in lines
+    assert f"{invalid}: field tests.3.outcome" in lines and "exploded" in lines
+    assert f"{missing}: field torch: Field required" in lines
+    assert api(out, "openreg")["run_id"] == good[1].run_id
+    assert "3 records skipped" in (out / "index.html").read_text()
+
+    # Through the CLI: still exit 0, one warning line per record, no traceback.
+    proc = subprocess.run([sys.executable, "-m", "runner", "dashboard", "build", "--data", str(data),
+                           "--out", str(tmp_path / "site2")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("ootci: warning: skipped ") == 3 and "Traceback" not in proc.stderr
+
+
+def test_failed_build_leaves_old_site_and_index(tmp_path, monkeypatch):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    write_nights(data, "openreg", range(0, 3))
+    build(data, out)
+    snapshot = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    write_nights(data, "openreg", range(3, 4))
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(render, "badge", disk_full)
+    with pytest.raises(OSError):
+        build(data, out)
+    monkeypatch.undo()
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == snapshot
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "site", "site.state"]
+    # The index did not keep the failed build's work: the new night is parsed again.
+    report = build(data, out)
+    assert report.parsed == 1
+    assert api(out, "openreg")["run_id"] == synthetic.build_record(SCENARIOS["openreg"], 3).run_id
+
+
+def test_log_paths_cannot_leave_the_record_directory(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    record = synthetic.build_record(SCENARIOS["openreg"], 0)
+    path = synthetic.write_record(data, record)
+    (path.parent.parent / "secret.txt").write_text("not for the site\n")
+    record.stages[0].log = "../secret.txt"
+    path.write_text(record.model_dump_json())
+    build(data, out)
+    base = out / "runs" / "openreg" / record.run_id
+    assert not Path(f"{base}.torch.log.txt").exists()
+    assert "log missing" in Path(f"{base}.html").read_text()
+    assert Path(f"{base}.build.log.txt").is_file()
+    assert not any("not for the site" in p.read_text() for p in out.rglob("*") if p.is_file())
+
+
+def test_unsafe_names_become_safe_paths(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    record = synthetic.build_record(SCENARIOS["openreg"], 0)
+    record.backend = "../../evil backend"
+    record.run_id = "../x"
+    path = data / "odd" / "record.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(record.model_dump_json())
+    build(data, out)
+    assert (out / "backends" / f"{safe_name(record.backend)}.html").is_file()
+    assert all(out in p.resolve().parents for p in out.rglob("*"))
+    assert not (tmp_path / "evil backend.html").exists()
+
+
+def test_cli_reports_usage_errors_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "runner", "dashboard", "build", "--data", str(tmp_path),
+                           "--out", str(tmp_path / "site"), "--run-pages", "lots"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "ootci: --run-pages: expected a number or 'all', got 'lots'"
+    proc = subprocess.run([sys.executable, "-m", "runner", "dashboard", "build", "--data", str(tmp_path / "nope"),
+                           "--out", str(tmp_path / "site")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"ootci: --data {tmp_path / 'nope'}: no such directory"
+
+
+def test_dashboard_never_imports_torch(tmp_path):
+    data = tmp_path / "runs"
+    write_nights(data, "openreg", range(0, 2))
+    code = ("import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
+            "from runner.cli import main\n"
+            f"raise SystemExit(main(['dashboard', 'build', '--data', {str(data)!r}, '--out', {str(tmp_path / 's')!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_background_cleanup_removes_the_replaced_site(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    write_nights(data, "openreg", range(0, 2))
+    build(data, out)
+    write_nights(data, "openreg", range(2, 3))
+    build(data, out, background_cleanup=True)
+    assert api(out, "openreg")["run_id"] == synthetic.build_record(SCENARIOS["openreg"], 2).run_id
+    deadline = time.monotonic() + 60
+    while any(p.name.startswith(".site.old-") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "site", "site.state"]
+
+
+def test_changed_record_replaces_its_page(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    record = write_nights(data, "openreg", [0])[0]
+    build(data, out)
+    base = out / "runs" / "openreg" / record.run_id
+    assert Path(f"{base}.integration.log.txt").is_file()
+
+    record.status = record.status.failed
+    for stage in record.stages[4:]:
+        stage.log = None
+    (data / "openreg" / record.run_id / "record.json").write_text(record.model_dump_json())
+    report = build(data, out)
+    assert report.parsed == 1 and report.removed == 0 and report.run_pages_written == 1
+    assert not Path(f"{base}.integration.log.txt").exists()  # the new record names no such log
+    assert Path(f"{base}.build.log.txt").is_file()
+    assert api(out, "openreg")["status"] == "failed"
+
+
+def test_records_of_a_real_ootci_run(tmp_path):
+    """`ootci run` against an interpreter without torch writes a real failing record."""
+    from runner import registry
+
+    name = registry.load_all()[0].name
+    runs, out = tmp_path / "runs", tmp_path / "site"
+    run = subprocess.run([sys.executable, "-m", "runner", "run", name, "--torch", "installed",
+                          "--python", sys.executable, "--out", str(runs)],
+                         capture_output=True, text=True, timeout=300)
+    assert list(runs.glob("*/record.json")), run.stdout + run.stderr
+    proc = subprocess.run([sys.executable, "-m", "runner", "dashboard", "build", "--data", str(runs),
+                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    latest = json.loads((out / "api" / "latest.json").read_text())["backends"]
+    assert [b["name"] for b in latest] == [name] and latest[0]["status"] == "failed"
+    assert latest[0]["stages"]["torch"] == "failed"
+    page = (out / latest[0]["run_page"]).read_text()
+    assert "cannot import torch" in page

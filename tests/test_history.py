@@ -1,0 +1,179 @@
+"""`ootci history` and `ootci summary`, run as the real command against real git repositories."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
+from tests.support.cli import ootci
+
+STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
+
+
+def write_run(out: Path, run_id: str, status: Status = Status.passed, backend: str = "openreg",
+              **record_fields) -> Path:
+    stages = [StageResult(name="build", status=Status.passed, summary="built")]
+    if status is not Status.passed:
+        stages.append(StageResult(name="autoload", status=status, summary="import torch failed",
+                                  root_cause=RootCause(kind="exception", summary="OSError: libhccl.so: cannot open")))
+    record = RunRecord(run_id=run_id, backend=backend, device="openreg", torch=TorchInfo(spec="2.13.0", version="2.13.0"),
+                       started_at=STARTED, status=status, stages=stages, **record_fields)
+    run_dir = out / run_id
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "build.log").write_text("build output\n")
+    (run_dir / "record.json").write_text(record.model_dump_json(indent=2))
+    return run_dir
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout
+
+
+# -- merge -------------------------------------------------------------------------
+
+def test_merge_copies_new_runs_with_their_files_and_keeps_existing_ones(tmp_path):
+    history, artifacts = tmp_path / "history", tmp_path / "artifacts"
+    write_run(history, "openreg-1")
+    kept = (history / "openreg-1" / "record.json").read_text()
+    # Downloaded artifacts nest run directories one level down, one folder per artifact.
+    write_run(artifacts / "ootci-openreg-1", "openreg-1", status=Status.failed)
+    write_run(artifacts / "ootci-openreg-1", "openreg-2")
+    write_run(artifacts / "ootci-ascend-npu-1", "ascend-npu-3", status=Status.crashed, backend="ascend-npu")
+
+    result = ootci("history", "merge", str(artifacts), "--into", str(history))
+
+    assert result.returncode == 0, result.stderr
+    assert "2 added, 1 already present, 0 skipped" in result.stdout
+    assert sorted(p.name for p in history.iterdir()) == ["ascend-npu-3", "openreg-1", "openreg-2"]
+    assert (history / "openreg-1" / "record.json").read_text() == kept  # immutable: never overwritten
+    assert (history / "openreg-2" / "logs" / "build.log").read_text() == "build output\n"
+
+
+def test_merge_skips_records_that_do_not_load_or_name_another_run(tmp_path):
+    artifacts = tmp_path / "artifacts"
+    (artifacts / "broken").mkdir(parents=True)
+    (artifacts / "broken" / "record.json").write_text("{not json")
+    renamed = write_run(artifacts, "openreg-9")
+    renamed.rename(artifacts / "renamed")
+
+    result = ootci("history", "merge", str(artifacts), "--into", str(tmp_path / "history"))
+
+    assert result.returncode == 0, result.stderr
+    assert "0 added, 0 already present, 2 skipped" in result.stdout
+    assert list((tmp_path / "history").iterdir()) == []
+
+
+def test_merge_of_a_missing_source_is_one_line_and_exit_2_unless_missing_is_ok(tmp_path):
+    result = ootci("history", "merge", str(tmp_path / "nowhere"), "--into", str(tmp_path / "history"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"ootci: history merge: {tmp_path / 'nowhere'} is not a directory"
+    # After a run in which no backend job uploaded anything, the history still builds.
+    result = ootci("history", "merge", str(tmp_path / "nowhere"), "--into", str(tmp_path / "history"), "--missing-ok")
+    assert result.returncode == 0 and "0 added" in result.stdout
+
+
+# -- push --------------------------------------------------------------------------
+
+@pytest.fixture
+def bare_remote(tmp_path) -> Path:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    return remote
+
+
+def test_push_creates_the_branch_then_adds_to_it_and_survives_a_concurrent_push(tmp_path, bare_remote):
+    first = tmp_path / "first"
+    write_run(first, "openreg-1")
+    result = ootci("history", "push", str(first), "--branch", "ootci-data", "--remote", str(bare_remote))
+    assert result.returncode == 0, result.stderr
+    assert "pushed to ootci-data" in result.stdout
+    assert git(bare_remote, "ls-tree", "-r", "--name-only", "ootci-data").split() == [
+        "openreg-1/logs/build.log", "openreg-1/record.json"]
+
+    # Two jobs clone the branch; the other one pushes first.
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for clone in (mine, theirs):
+        subprocess.run(["git", "clone", "-q", "-b", "ootci-data", str(bare_remote), str(clone)], check=True)
+    write_run(theirs, "openreg-2")
+    assert ootci("history", "push", str(theirs), "--branch", "ootci-data").returncode == 0
+    write_run(mine, "openreg-3")
+    result = ootci("history", "push", str(mine), "--branch", "ootci-data")
+
+    assert result.returncode == 0, result.stderr
+    files = git(bare_remote, "ls-tree", "-r", "--name-only", "ootci-data").split()
+    assert {f.split("/")[0] for f in files} == {"openreg-1", "openreg-2", "openreg-3"}
+    assert "nothing new to commit" in ootci("history", "push", str(mine), "--branch", "ootci-data").stdout
+
+
+def test_push_without_any_remote_names_what_is_missing(tmp_path):
+    write_run(tmp_path / "history", "openreg-1")
+    env = {"GITHUB_REPOSITORY": "", "GITHUB_SERVER_URL": ""}
+    result = ootci("history", "push", str(tmp_path / "history"), env=env)
+    assert result.returncode == 2
+    assert "no --remote, no 'origin' and no $GITHUB_REPOSITORY" in result.stderr
+
+
+def test_pull_starts_an_empty_history_then_clones_what_was_pushed(tmp_path, bare_remote):
+    first = tmp_path / "first"
+    result = ootci("history", "pull", str(first), "--branch", "ootci-data", "--remote", str(bare_remote))
+    assert result.returncode == 0, result.stderr
+    assert "ootci-data does not exist yet" in result.stdout
+    write_run(first / "runs", "openreg-1")
+    assert ootci("history", "push", str(first), "--branch", "ootci-data").returncode == 0
+
+    second = tmp_path / "second"
+    result = ootci("history", "pull", str(second), "--branch", "ootci-data", "--remote", str(bare_remote))
+    assert result.returncode == 0, result.stderr
+    assert "cloned ootci-data" in result.stdout
+    assert (second / "runs" / "openreg-1" / "record.json").is_file()
+    write_run(second / "runs", "openreg-2")
+    assert ootci("history", "push", str(second), "--branch", "ootci-data").returncode == 0
+    assert "openreg-2/record.json" in git(bare_remote, "ls-tree", "-r", "--name-only", "ootci-data", "runs")
+
+    result = ootci("history", "pull", str(second), "--remote", str(bare_remote))
+    assert result.returncode == 8 and "exists and is not empty" in result.stderr
+
+
+def test_push_token_travels_in_environment_config_not_argv_or_git_config(monkeypatch):
+    from runner.commands.history import _auth_env
+
+    monkeypatch.delenv("GIT_CONFIG_COUNT", raising=False)
+    monkeypatch.setenv("GITHUB_TOKEN", "ghs_example")
+    env = _auth_env("https://github.com/ootci/ootci.git")
+    assert env["GIT_CONFIG_COUNT"] == "1"
+    assert env["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraheader"
+    assert env["GIT_CONFIG_VALUE_0"] == "AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46Z2hzX2V4YW1wbGU="
+    # A local or file remote never gets the header.
+    assert "GIT_CONFIG_COUNT" not in _auth_env("/srv/remote.git")
+
+
+# -- summary -------------------------------------------------------------------------
+
+def test_summary_reports_the_worst_status_a_safe_artifact_name_and_a_table(tmp_path):
+    out = tmp_path / "out"
+    write_run(out, "openreg-1")
+    write_run(out, "ascend-npu-2", status=Status.crashed, backend="ascend-npu", trigger="pr", pr=123456)
+    github_output, step_summary = tmp_path / "github_output", tmp_path / "step_summary"
+
+    result = ootci("summary", str(out), "--artifact", "ootci-run-/vendor/ci/backend.toml:1", "--step-summary",
+                   env={"GITHUB_OUTPUT": str(github_output), "GITHUB_STEP_SUMMARY": str(step_summary)})
+
+    assert result.returncode == 0, result.stderr
+    assert github_output.read_text().splitlines() == [
+        "status=crashed", "runs=2", "artifact=ootci-run-vendor-ci-backend.toml-1"]
+    table = step_summary.read_text()
+    assert table == result.stdout
+    assert "| ascend-npu | 💥 crashed | 2.13.0 | pr #123456 | autoload: OSError: libhccl.so: cannot open |" in table
+    assert "| openreg | ✅ passed | 2.13.0 | manual |  | `openreg-1` |" in table
+
+
+def test_summary_without_records_says_missing_and_still_exits_0(tmp_path):
+    github_output = tmp_path / "github_output"
+    result = ootci("summary", str(tmp_path / "never-written"), env={"GITHUB_OUTPUT": str(github_output)})
+    assert result.returncode == 0
+    assert github_output.read_text().splitlines() == ["status=missing", "runs=0"]
+    assert "No run records were written" in result.stdout
