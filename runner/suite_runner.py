@@ -456,7 +456,7 @@ def stage_specs(ctx, stage: str) -> list[SuiteSpec]:
 
 def vendor_root(ctx) -> Path:
     """Where vendor suite paths and commands start: the backend's source checkout."""
-    checkout = getattr(ctx, "source_dir", None)
+    checkout = ctx.source_dir
     if checkout:
         return Path(checkout)
     return ctx.manifest.source_dir() or ctx.manifest.directory
