@@ -245,6 +245,18 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   }
 }
 
+// Some operators have CPU/CUDA kernels and, for every other backend, a
+// CompositeExplicitAutograd decomposition, which the fallback never sees.
+// native_layer_norm's decomposition rounds differently from the CPU kernel
+// (~1e-4); routing it to the fallback explicitly runs the CPU kernel, so
+// openreg matches the CPU. Any such operator can be claimed the same way.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  if (!copying_fallback_requested()) {
+    m.impl("native_layer_norm",
+           torch::CppFunction::makeFromBoxedFunction<&zero_copy_fallback>());
+  }
+}
+
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupported_layout>());
 }
