@@ -1,12 +1,13 @@
 """The bundled OpenReg backend, tested in an environment that has torch.
 
 The orchestrator environment has no torch, so a session fixture builds a venv
-under .cache/ (keyed by a hash of the backend sources, so reruns reuse it),
-installs torch==2.13.0 and backends/openreg into it, and runs the target-side
-suite once (backends/openreg/tests). Each target test id becomes one test
+under .cache/ over the shared torch layer (rebuilt only when the backend's sources
+change), installs backends/openreg into it, and runs the target-side suite once
+(backends/openreg/tests). Each target test id becomes one test
 here that asserts its outcome.
 """
 
+import os
 import shutil
 import subprocess
 import sys
@@ -17,23 +18,27 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # works under any --import-mode
 from support import target_pytest  # noqa: E402
 
+from runner.envs import cache_root  # noqa: E402
+from runner.stages.build import with_ccache  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 BACKEND = REPO / "backends" / "openreg"
 TARGET_TESTS = BACKEND / "tests"
-REQUIREMENTS = ["torch==2.13.0", "numpy", "pytest", "pytest-xdist", "expecttest", "setuptools", "wheel"]
 
 TARGET_IDS = target_pytest.discover(TARGET_TESTS)
 
 
 @pytest.fixture(scope="session")
-def target_results(tmp_path_factory):
+def target_results(torch_layer, tmp_path_factory):
     # What gets installed; editing the target tests needs no rebuild.
     stamp = target_pytest.sources_hash(
         BACKEND / "csrc", BACKEND / "torch_openreg", BACKEND / "setup.py", BACKEND / "pyproject.toml"
     )
-    venv = REPO / ".cache" / "openreg-venv"
-    python = target_pytest.ensure_venv(
-        venv, REQUIREMENTS, [["--no-build-isolation", "--no-deps", "--force-reinstall", str(BACKEND)]], stamp
+    build_env = with_ccache({**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS", "2"),
+                             "PATH": f"{torch_layer.python.parent}{os.pathsep}{os.environ['PATH']}"}, cache_root())
+    python = target_pytest.ensure_layered_env(
+        REPO / ".cache" / "openreg-env", torch_layer,
+        [["--no-build-isolation", "--no-deps", "--force-reinstall", str(BACKEND)]], stamp, env=build_env,
     )
     junit = tmp_path_factory.mktemp("openreg") / "junit.xml"
     proc = target_pytest.run(python, TARGET_TESTS, junit, cwd=REPO, extra=["-n", "2"])

@@ -20,6 +20,20 @@ NAME = "build"
 CCACHE_MASQUERADE_DIRS = ("/usr/lib/ccache", "/usr/lib64/ccache", "/usr/local/opt/ccache/libexec")
 
 
+def with_ccache(env: dict[str, str], cache: Path) -> dict[str, str]:
+    """Put ccache's compiler-named links first on PATH, when ccache is installed.
+
+    Every build system (setuptools, ninja, cmake) then compiles through ccache while
+    still seeing plain `g++`, which torch.utils.cpp_extension's compiler check
+    insists on. A build that chose its own CC/CXX is left alone.
+    """
+    masquerade = next((d for d in CCACHE_MASQUERADE_DIRS if Path(d, "g++").exists()), None)
+    if masquerade and "CC" not in env and "CXX" not in env:
+        env["PATH"] = masquerade + os.pathsep + env.get("PATH", "")
+        env.setdefault("CCACHE_DIR", str(cache / "ccache"))
+    return env
+
+
 def _builder_python(ctx: RunContext) -> Path:
     if ctx.torch_env is not None:
         return ctx.torch_env.python
@@ -34,13 +48,7 @@ def _build_env(ctx: RunContext, python: Path, wheel_dir: Path) -> dict[str, str]
     env["OOTCI_WHEEL_DIR"] = str(wheel_dir)
     env["OOTCI_PYTHON"] = str(python)
     env.setdefault("MAX_JOBS", str(ctx.options.jobs or os.cpu_count() or 2))
-    masquerade = next((d for d in CCACHE_MASQUERADE_DIRS if Path(d, "g++").exists()), None)
-    if masquerade and "CC" not in env and "CXX" not in env:
-        # ccache's compiler-named links first on PATH: every build system (setuptools,
-        # ninja, cmake) then compiles through ccache while still seeing plain `g++`,
-        # which torch.utils.cpp_extension's compiler check insists on.
-        env["PATH"] = masquerade + os.pathsep + env["PATH"]
-        env.setdefault("CCACHE_DIR", str(ctx.cache / "ccache"))
+    with_ccache(env, ctx.cache)
     return env
 
 

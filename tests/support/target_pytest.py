@@ -18,6 +18,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from filelock import FileLock
+
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
@@ -57,23 +59,20 @@ def venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def ensure_venv(venv: Path, requirements: list[str], installs: list[list[str]], stamp: str) -> Path:
-    """Create `venv` with `requirements` (kept while they are unchanged), then
-    run each `pip install` argument list of `installs` unless `stamp` (e.g. a
-    hash of the sources being installed) matches the last successful run."""
-    python = venv_python(venv)
-    req_marker = venv / ".ootci-requirements"
-    marker = venv / ".ootci-stamp"
-    requirements_stamp = "\n".join(requirements)
-    pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    if not (python.exists() and req_marker.exists() and req_marker.read_text() == requirements_stamp):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run(pip + requirements, check=True)
-        req_marker.write_text(requirements_stamp)
-    if not (marker.exists() and marker.read_text() == stamp):
-        env = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS", "2")}
+def ensure_layered_env(root: Path, layer, installs: list[list[str]], stamp: str, env: dict | None = None) -> Path:
+    """A venv at `root` over the shared torch layer (runner/envs.py), with each
+    `pip install` argument list of `installs` applied; rebuilt only when `stamp`
+    (e.g. a hash of the sources being installed) differs from the last success."""
+    from runner import envs
+
+    marker = root / ".ootci-stamp"
+    python = venv_python(root)
+    with FileLock(str(root) + ".lock"):
+        if python.exists() and marker.exists() and marker.read_text() == stamp:
+            return python
+        target = envs.layered_env(layer, root)
         for args in installs:
-            subprocess.run(pip + args, check=True, env=env)
+            subprocess.run(envs.pip_argv(target, "install", "-q", *args), check=True, env=env)
         marker.write_text(stamp)
     return python
 
