@@ -64,6 +64,20 @@ def import_ms(runs=15):
     return statistics.median(samples[True]), statistics.median(samples[False])
 
 
+def autoload_ms(runs=15):
+    """What autoload adds to `import torch`, timed inside the process: torch's
+    own entry-point scan plus loading and registering torch_openreg. (The
+    difference of two whole `import torch` timings drowns in their noise.)"""
+    code = ("import time, torch; t = time.perf_counter(); torch._import_device_backends();"
+            " print(time.perf_counter() - t)")
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    samples = []
+    for _ in range(runs):
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        samples.append(float(r.stdout) * 1000)
+    return statistics.median(samples), min(samples)
+
+
 def cold_build_s():
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "openreg"
@@ -93,8 +107,10 @@ def main():
             print(f"  add {label:9s}  cpu {r['cpu_s'] * 1e6:10.1f} us  openreg {r['openreg_s'] * 1e6:10.1f} us"
                   f"  ratio {r['ratio']:5.2f}x")
     on, off = import_ms()
-    print(f"import torch: autoload {on:.1f} ms, TORCH_DEVICE_BACKEND_AUTOLOAD=0 {off:.1f} ms,"
-          f" autoload cost {on - off:.1f} ms (median of 15)")
+    print(f"import torch: autoload {on:.1f} ms, TORCH_DEVICE_BACKEND_AUTOLOAD=0 {off:.1f} ms"
+          f" (medians of 15, interleaved)")
+    med, best = autoload_ms()
+    print(f"autoload cost in-process (entry points + torch_openreg): median {med:.1f} ms, best {best:.1f} ms")
     if args.build:
         print(f"cold build (pip wheel --no-build-isolation, MAX_JOBS=2, no ccache): {cold_build_s():.1f} s")
 

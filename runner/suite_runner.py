@@ -35,7 +35,7 @@ from typing import Callable
 from . import classify, junit, procs, rootcause
 from .junit import JUnitCase
 from .manifest import Manifest, VendorSuite
-from .models import Outcome, RootCause, Status, TestResult
+from .models import Outcome, RootCause, StageResult, Status, TestResult
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 BUILTIN = ("smoke", "integration")
@@ -105,6 +105,8 @@ class _Attempt:
     problems: list[str] = field(default_factory=list)
     root_cause: RootCause | None = None
     suite_timed_out: bool = False
+    not_reached: set[str] = field(default_factory=set)
+    """Collected tests the process never got to (recorded as errors)."""
 
 
 class SuiteRunner:
@@ -168,8 +170,8 @@ class SuiteRunner:
             still = []
             for test_id in failing:
                 case = again.cases.get(test_id)
-                if case is None:
-                    continue
+                if case is None or test_id in again.not_reached:
+                    continue  # the retry did not get to it: its last real result stands
                 first_failure.setdefault(test_id, cases[test_id])
                 attempts[test_id] = attempt
                 cases[test_id] = case
@@ -309,6 +311,7 @@ class SuiteRunner:
         never_ran = collected - set(result.cases)
         if only is not None:
             never_ran &= set(only)
+        result.not_reached = never_ran
         for test_id in sorted(never_ran):
             result.cases[test_id] = JUnitCase(test_id, Outcome.error,
                                               message="not run: the suite process stopped before reaching it")
@@ -453,15 +456,14 @@ def stage_specs(ctx, stage: str) -> list[SuiteSpec]:
 
 def vendor_root(ctx) -> Path:
     """Where vendor suite paths and commands start: the backend's source checkout."""
-    checkout = getattr(ctx, "source_dir", None)
+    checkout = ctx.source_dir
     if checkout:
         return Path(checkout)
     return ctx.manifest.source_dir() or ctx.manifest.directory
 
 
-def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> "StageResult":
-    from .models import StageResult
-
+def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageResult:
+    """Run a stage's suites, append their TestResults and problems to the record."""
     manifest = ctx.manifest
     if stage not in ctx.options.suites:
         return StageResult(name=stage, status=Status.skipped, summary=f"{stage} not selected")

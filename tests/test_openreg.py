@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from support import target_pytest
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # works under any --import-mode
+from support import target_pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BACKEND = REPO / "backends" / "openreg"

@@ -149,3 +149,16 @@ def test_integration_on_openreg_reports_ops_and_expected_failures(openreg_env, t
     assert ("matmul", "float64") in covered and ("add", "bool") in covered
     parity = [t for t in record.tests if t.id.startswith("test_model_parity.py::")]
     assert len(parity) == 6 and all(t.outcome is Outcome.passed for t in parity)
+
+
+@pytest.mark.slow
+def test_a_backend_that_cannot_be_imported_is_a_problem_not_a_pass(torch_layer, tmp_path):
+    broken = tmp_path / "backend.toml"
+    broken.write_text(CPU_PARTIAL.read_text().replace('import_name = "torch"', 'import_name = "torch_nosuchbackend"'))
+    done, record = ootci_test(torch_layer.python, broken, "smoke", tmp_path / "out")
+    assert done.returncode == 1
+    assert record.stage("smoke").status is Status.failed and record.tests == []
+    assert record.problems == [
+        "suite 'smoke': pytest stopped outside any test (usage error): pytest (smoke) exited with code 4: "
+        "ERROR: --ootci-import: cannot import 'torch_nosuchbackend': "
+        "ModuleNotFoundError: No module named 'torch_nosuchbackend'"]

@@ -46,6 +46,7 @@ class RunContext:
     torch_env: Env | None = None
     env: Env | None = None
     wheels: list[Path] = field(default_factory=list)
+    source_dir: Path | None = None  # the backend's sources (a git checkout lives in the cache)
     torch_install_args: list[str] = field(default_factory=list)
 
     @property

@@ -58,6 +58,7 @@ def run(ctx: RunContext) -> StageResult:
         source_id = f"{commit}:{m.source.subdir}"
     else:
         source_dir, source_id = None, m.source.requirement
+    ctx.source_dir = source_dir
 
     torch = ctx.record.torch
     key = envs.digest("wheels", m.name, torch.version, torch.git_version, source_id,
