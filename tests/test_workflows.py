@@ -145,7 +145,8 @@ def test_least_privilege_permissions(path):
         granted = job.get("permissions", {})
         if "pages" in granted or "id-token" in granted:
             assert name == "deploy", f"{path.name}: job {name} gets pages/id-token"
-            assert [s["uses"].split("@")[0] for s in job["steps"]] == ["actions/deploy-pages"]
+            assert [s["uses"].split("@")[0] for s in job["steps"]] == ["actions/configure-pages",
+                                                                        "actions/deploy-pages"]
         assert set(granted.values()) <= {"read", "write"}
 
 

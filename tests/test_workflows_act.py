@@ -86,7 +86,8 @@ def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path)
     assert any(t.suite == "smoke" for t in record.tests)
     run_dir = artifact / record.run_id
     assert list((run_dir / "junit").glob("*.xml")), "the artifact carries the JUnit files"
-    assert (run_dir / "logs" / "build.log").is_file()
+    # A cached build writes no log; the stages that ran always do.
+    assert (run_dir / "logs" / "smoke.log").is_file() and (run_dir / "logs" / "autoload.log").is_file()
 
 
 @needs_openreg
