@@ -262,3 +262,19 @@ def test_git_source_with_unknown_ref_fails_naming_the_field(torch_layer, tmp_pat
     build = only_record(tmp_path / "out").stage("build")
     assert build.status is Status.failed
     assert "field 'source.ref': no such ref 'no-such-branch'" in build.root_cause.summary
+
+
+def test_build_requirements_stay_out_of_the_shared_torch_layer(torch_layer, tmp_path):
+    text = Path(manifest("toy")).read_text().replace('path = "pkg"', f'path = "{FIXTURES / "toy" / "pkg"}"')
+    text += '\n[build]\nextra_requirements = ["six==1.16.0"]\n'
+    path = tmp_path / "with-reqs" / "backend.toml"
+    path.parent.mkdir()
+    path.write_text(text)
+    result = ootci("run", str(path), "--torch", "2.13.0", "--suites", "none", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    record = only_record(tmp_path / "out")
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('six') else 3)"
+    in_env = subprocess.run([record.stage("install").data["python"], "-c", probe])
+    in_layer = subprocess.run([str(torch_layer.python), "-c", probe])
+    assert in_env.returncode == 0, "the environment under test lacks the backend's requirement"
+    assert in_layer.returncode == 3, "a backend's requirement leaked into the shared torch layer"

@@ -83,6 +83,21 @@ def test_unmatched_entries_are_named(m):
     assert str(m.path) in problems[0] and "(integration)" in problems[0]
 
 
+def test_entries_of_a_suite_that_did_not_run_are_not_problems(tmp_path):
+    m = _manifest(tmp_path, """
+        [[expected_failures]]
+        test = "integration::test_opinfo.py::*sparse*"
+        reason = "no sparse"
+        [[expected_failures]]
+        test = "smoke::test_nothing_like_this"
+        reason = "stale"
+    """)
+    smoke_only = [_result("test_tensors.py::test_ones", Outcome.passed, suite="smoke")]
+    problems = classify.unmatched_expected_failures(m, smoke_only, ["smoke"])
+    assert len(problems) == 1 and "expected_failures[1]" in problems[0]
+    assert len(classify.unmatched_expected_failures(m, smoke_only, ["smoke", "integration"])) == 2
+
+
 def test_unknown_capability_is_rejected_with_file_and_field(tmp_path):
     with pytest.raises(ManifestError) as err:
         _manifest(tmp_path, 'capabilities = ["streams", "teleport"]\n')

@@ -11,6 +11,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from filelock import FileLock
+
 from .. import envs, procs, sources
 from ..models import Status, StageResult
 from .base import RunContext, config_failure, proc_failure
@@ -72,23 +74,59 @@ def run(ctx: RunContext) -> StageResult:
     key = envs.digest("wheels", m.name, torch.version, torch.git_version, source_id,
                       m.build.model_dump(mode="json"))
     wheel_dir = ctx.cache / "wheels" / key
-    cached = sorted(wheel_dir.glob("*.whl"))
-    if cached:
-        ctx.wheels = cached
-        return StageResult(name=NAME, status=Status.passed,
-                           summary=f"cached: {', '.join(w.name for w in cached)}",
-                           data={"cache_hit": True, "wheels": [str(w) for w in cached], "source": source_id})
-
-    python = _builder_python(ctx)
     wheel_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=wheel_dir.parent))
+    # Runs building the same backend at once (a matrix on one machine) take turns:
+    # the second finds the first one's wheels.
+    with FileLock(os.fspath(wheel_dir) + ".lock"):
+        cached = sorted(wheel_dir.glob("*.whl"))
+        if cached:
+            ctx.wheels = cached
+            return StageResult(name=NAME, status=Status.passed,
+                               summary=f"cached: {', '.join(w.name for w in cached)}",
+                               data={"cache_hit": True, "wheels": [str(w) for w in cached], "source": source_id})
+        failure = _build_into(ctx, wheel_dir, source_dir)
+        if failure is not None:
+            return failure
+    ctx.wheels = sorted(wheel_dir.glob("*.whl"))
+    return StageResult(name=NAME, status=Status.passed,
+                       summary=f"built {', '.join(w.name for w in ctx.wheels)}",
+                       data={"cache_hit": False, "wheels": [str(w) for w in ctx.wheels], "source": source_id})
+
+
+def _builder_with_requirements(ctx: RunContext, env: dict[str, str]) -> tuple[envs.Env, StageResult | None]:
+    m = ctx.manifest
+    assert ctx.torch_env is not None
+    root = ctx.cache / "build-envs" / envs.digest(str(ctx.torch_env.root), m.build.extra_requirements)
+    builder = envs.Env(root)
+    with FileLock(os.fspath(root) + ".lock"):
+        if builder.is_ready():
+            return builder, None
+        envs.layered_env(ctx.torch_env, root)
+        result = procs.run(envs.pip_argv(builder, "install", *m.build.extra_requirements),
+                           timeout=m.timeouts.install, log=ctx.log_path(), env=env)
+        if not result.ok:
+            return builder, proc_failure(NAME, result, "installing build requirements")
+        envs.mark_ready(builder, {"requirements": m.build.extra_requirements})
+    return builder, None
+
+
+def _build_into(ctx: RunContext, wheel_dir: Path, source_dir: Path | None) -> StageResult | None:
+    """Build the backend's wheels into wheel_dir; a StageResult when that failed."""
+    m = ctx.manifest
+    log = ctx.log_path()
+    python = _builder_python(ctx)
+    staging = Path(tempfile.mkdtemp(prefix=f".{wheel_dir.name}.", dir=wheel_dir.parent))
     try:
         env = _build_env(ctx, python, staging)
-        if m.build.extra_requirements:
-            extra = procs.run(procs.python_argv(python, "-m", "pip", "install", *m.build.extra_requirements),
-                              timeout=m.timeouts.install, log=log, env=env)
-            if not extra.ok:
-                return proc_failure(NAME, extra, "installing build requirements")
+        if m.build.extra_requirements and m.build.recipe != "prebuilt" and ctx.torch_env is not None:
+            # Build requirements go into a venv of their own over the torch layer,
+            # never into the layer itself, which every backend shares.
+            builder, failure = _builder_with_requirements(ctx, env)
+            if failure is not None:
+                return failure
+            python = builder.python
+            env["PATH"] = f"{python.parent}{os.pathsep}{env['PATH']}"
+            env["OOTCI_PYTHON"] = str(python)
         if m.build.recipe == "prebuilt":
             argv = procs.python_argv(python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                                      "-d", str(staging), m.source.requirement or "")
@@ -106,11 +144,8 @@ def run(ctx: RunContext) -> StageResult:
         built = sorted(staging.glob("*.whl"))
         if not built:
             return config_failure(NAME, f"the build finished but left no wheel in $OOTCI_WHEEL_DIR ({m.build.recipe})")
+        shutil.rmtree(wheel_dir, ignore_errors=True)  # an empty leftover of a killed build
         os.replace(staging, wheel_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    ctx.wheels = sorted(wheel_dir.glob("*.whl"))
-    return StageResult(name=NAME, status=Status.passed,
-                       summary=f"built {', '.join(w.name for w in ctx.wheels)}",
-                       data={"cache_hit": False, "wheels": [str(w) for w in ctx.wheels], "source": source_id})
-
+    return None
