@@ -1,0 +1,49 @@
+"""The README's promises: two commands at the top, and the examples it shows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text()
+
+
+def section(title: str) -> str:
+    start = README.index(f"## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start:end if end != -1 else None]
+
+
+def fenced_blocks(text: str) -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(r"```[a-z]*\n(.*?)```", text, re.S)]
+
+
+def test_quick_start_is_the_first_section_with_exactly_two_commands():
+    assert README.index("## Quick start") == README.index("## ")
+    blocks = fenced_blocks(section("Quick start"))
+    assert blocks == ["make demo", "make test"]
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    ci = (REPO / ".ci" / "run").read_text()
+    test_command = fenced_blocks(section("Quick start"))[1]
+    assert f"exec {test_command}\n" in ci
+
+
+def test_makefile_has_both_targets():
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^demo: setup$", makefile, re.M)
+    assert re.search(r"^test: setup$", makefile, re.M)
+    assert "run openreg" in makefile and "dashboard build" in makefile
+
+
+def test_vendor_example_in_readme_is_the_linted_file():
+    example = (REPO / "examples" / "vendor-workflow.yml").read_text()
+    shown = next(b for b in fenced_blocks(section("GitHub Actions")) if "uses:" in b)
+    assert shown in example
+
+
+def test_linked_documents_exist():
+    for link in re.findall(r"\]\(((?:docs|backends|examples)/[^)#]+)\)", README):
+        assert (REPO / link).exists(), link
