@@ -62,3 +62,20 @@ def test_autocast_backward(torch):
         loss = lin(x).float().pow(2).mean()
     loss.backward()
     assert lin.weight.grad.dtype == torch.float32
+
+
+def test_autocast_kernels_are_registered_on_first_use():
+    """They stay out of `import torch` (they cost ~6 ms there) until autocast asks."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "has = lambda: torch._C._dispatch_has_kernel_for_dispatch_key('aten::mm', 'AutocastPrivateUse1')\n"
+        "before = has()\n"
+        "with torch.autocast('openreg', dtype=torch.float16):\n"
+        "    pass\n"
+        "print(before, has())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]

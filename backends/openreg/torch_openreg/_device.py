@@ -73,5 +73,11 @@ class device:
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    """Used by torch.autocast("openreg") to validate the requested dtype."""
+    """Used by torch.autocast("openreg") to validate the requested dtype.
+
+    torch.autocast calls this before it enables autocast for openreg, which makes
+    it the place to register the autocast kernels: lazily, to keep them out of
+    the cost of `import torch`.
+    """
+    _ops.register_autocast_kernels()
     return [torch.float16, torch.bfloat16]

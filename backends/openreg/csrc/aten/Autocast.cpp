@@ -4,8 +4,15 @@
 // dtype (float16 or bfloat16), numerically sensitive ops in float32, and
 // mixed-precision ops promote to the widest input type. Every other
 // operator falls through to the next key untouched.
+//
+// The ~150 kernels are registered on first use, not when the library loads:
+// torch.autocast("openreg") always asks torch.openreg.get_amp_supported_dtype()
+// first, which calls register_autocast_kernels(). Registering them at load time
+// cost about 6 ms of every `import torch` (schema inference for each kernel).
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
+
+#include <mutex>
 
 namespace openreg {
 
@@ -26,7 +33,20 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
   KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
 #define OPENREG_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
 
-TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+void register_autocast_lists(torch::Library& m);
+
+void register_autocast_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Kept alive for the life of the process: the registrations end with it.
+    static auto* library = new torch::Library(
+        torch::Library::IMPL, "aten", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+    auto& m = *library;
+    register_autocast_lists(m);
+  });
+}
+
+void register_autocast_lists(torch::Library& m) {
   AT_FORALL_LOWER_PRECISION_FP(OPENREG_LOWER_PRECISION_FP)
   AT_FORALL_FP32(OPENREG_FP32)
   AT_FORALL_FP32_SET_OPT_DTYPE(OPENREG_FP32_SET_OPT_DTYPE)

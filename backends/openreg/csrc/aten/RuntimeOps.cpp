@@ -14,6 +14,7 @@
 namespace openreg {
 
 const char* fallback_kind(); // Fallback.cpp
+void register_autocast_kernels(); // Autocast.cpp
 
 namespace {
 
@@ -98,6 +99,7 @@ TORCH_LIBRARY(openreg, m) {
   m.def("set_rng_state(int device, Tensor state) -> ()", set_rng_state);
   m.def("autograd_workers_started() -> bool", autograd_workers_started);
   m.def("fallback_kind() -> str", [] { return std::string(fallback_kind()); });
+  m.def("register_autocast_kernels() -> ()", register_autocast_kernels);
 }
 
 } // namespace openreg
