@@ -69,12 +69,7 @@ class HostMemoryDeviceAllocator final : public c10::DeviceAllocator {
     check_device_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
     auto& s = stats_[device];
-    for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.allocated_bytes,
-                      &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) {
-      for (auto& stat : *arr) {
-        stat.reset_accumulated();
-      }
-    }
+    for_each_stat(s, [](auto& stat) { stat.reset_accumulated(); });
     s.num_device_alloc = 0;
     s.num_device_free = 0;
   }
@@ -82,11 +77,15 @@ class HostMemoryDeviceAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex device) override {
     check_device_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& s = stats_[device];
+    for_each_stat(stats_[device], [](auto& stat) { stat.reset_peak(); });
+  }
+
+  template <typename F>
+  static void for_each_stat(DeviceStats& s, F&& f) {
     for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.allocated_bytes,
                       &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) {
       for (auto& stat : *arr) {
-        stat.reset_peak();
+        f(stat);
       }
     }
   }
