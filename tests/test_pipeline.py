@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -105,17 +106,30 @@ def _sleepers(marker: str) -> list[str]:
     return out.split()
 
 
+def _hang_build_copy(tmp_path: Path, build_timeout: int) -> tuple[Path, str]:
+    """The hang-build fixture with a sleep nobody else on the machine runs, so
+    pgrep finds only what this test started."""
+    marker = f"sleep {secrets.randbelow(10**6) + 10**6}"
+    text = Path(manifest("hang-build")).read_text().replace("sleep 300", marker)
+    text = text.replace("build = 3", f"build = {build_timeout}")
+    path = tmp_path / "hang" / "backend.toml"
+    path.parent.mkdir()
+    path.write_text(text)
+    return path, marker
+
+
 def test_hanging_build_times_out_and_is_killed_with_its_children(torch_layer, tmp_path):
-    result = ootci("run", manifest("hang-build"), "--torch", "2.13.0", "--out", str(tmp_path))
+    path, marker = _hang_build_copy(tmp_path, 3)
+    result = ootci("run", str(path), "--torch", "2.13.0", "--out", str(tmp_path / "out"))
     assert result.returncode == 1
-    record = only_record(tmp_path)
+    record = only_record(tmp_path / "out")
     build = record.stage("build")
     assert build.status is Status.timeout
     assert build.root_cause.timeout_s == 3
     assert "time limit" in build.root_cause.summary
     assert 3 <= build.duration_s < 30
     assert stages(record)["install"] is Status.blocked
-    assert _sleepers("sleep 300") == []
+    assert _sleepers(marker) == []
 
 
 def test_crashing_build_is_classified_by_signal(torch_layer, tmp_path):
@@ -127,14 +141,10 @@ def test_crashing_build_is_classified_by_signal(torch_layer, tmp_path):
 
 
 def test_sigterm_leaves_a_complete_record(torch_layer, tmp_path):
-    slow = tmp_path / "slow"
-    slow.mkdir()
-    text = Path(manifest("hang-build")).read_text().replace("build = 3", "build = 120")
-    text = text.replace("sleep 300", "sleep 299")
-    (slow / "backend.toml").write_text(text)
+    path, marker = _hang_build_copy(tmp_path, 120)
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
-    proc = subprocess.Popen([str(OOTCI), "run", str(slow / "backend.toml"), "--torch", "2.13.0", "--out", str(out)],
+    proc = subprocess.Popen([str(OOTCI), "run", str(path), "--torch", "2.13.0", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -154,7 +164,7 @@ def test_sigterm_leaves_a_complete_record(torch_layer, tmp_path):
     assert record.stage("build").status is Status.failed
     assert record.stage("build").root_cause.kind == "interrupted"
     assert record.stage("install").status is Status.blocked
-    assert _sleepers("sleep 299") == []
+    assert _sleepers(marker) == []
 
 
 def test_github_actions_output(toy_runs, tmp_path):
