@@ -171,17 +171,33 @@ def mark_ready(env: Env, meta: dict) -> None:
     _finish(env, meta)
 
 
+JSON_MARKER = "OOTCI-JSON"
+
+
+def json_probe(python: Path | str, code: str, *args: str, timeout: float = 120,
+               env: dict[str, str] | None = None) -> tuple[dict | None, procs.ProcResult]:
+    """Run `code` in `python`; it reports by printing JSON_MARKER + a JSON object.
+
+    Returns that object (None when the probe printed none) and the process, so a
+    caller can say why it failed.
+    """
+    result = procs.run(procs.python_argv(python, "-c", code, *args), timeout=timeout, env=env)
+    for line in result.output_tail.splitlines():
+        if line.startswith(JSON_MARKER):
+            return json.loads(line[len(JSON_MARKER):]), result
+    return None, result
+
+
 def torch_info(python: Path | str, *, timeout: float = 120) -> dict:
     """torch.__version__ and git commit of the torch at `python`, without autoload."""
     code = (
-        "import json, torch; print('OOTCI-JSON' + json.dumps({'version': torch.__version__, "
+        f"import json, torch; print({JSON_MARKER!r} + json.dumps({{'version': torch.__version__, "
         "'git_version': getattr(torch.version, 'git_version', None)}))"
     )
-    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-    result = procs.run(procs.python_argv(python, "-c", code), timeout=timeout, env=env)
-    for line in result.output_tail.splitlines():
-        if line.startswith("OOTCI-JSON"):
-            return json.loads(line[len("OOTCI-JSON"):])
+    info, result = json_probe(python, code, timeout=timeout,
+                              env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    if info is not None:
+        return info
     from .rootcause import from_proc
 
     cause = from_proc(result, what="import torch")

@@ -7,7 +7,6 @@ unchanged. With --python the user's own environment is used as it is.
 from __future__ import annotations
 
 import hashlib
-import json
 
 from .. import envs, procs
 from ..models import Status, StageResult
@@ -18,7 +17,7 @@ NAME = "install"
 _VERSION_PROBE = (
     "import importlib.metadata as m, json, sys\n"
     "try:\n    v = m.version(sys.argv[1])\nexcept m.PackageNotFoundError:\n    v = None\n"
-    "print('OOTCI-JSON' + json.dumps({'version': v}))"
+    f"print({envs.JSON_MARKER!r} + json.dumps({{'version': v}}))"
 )
 
 
@@ -27,11 +26,8 @@ def _wheel_digest(ctx: RunContext) -> list[str]:
 
 
 def _installed_version(python, distribution: str) -> str | None:
-    result = procs.run(procs.python_argv(python, "-c", _VERSION_PROBE, distribution), timeout=60)
-    for line in result.output_tail.splitlines():
-        if line.startswith("OOTCI-JSON"):
-            return json.loads(line[len("OOTCI-JSON"):])["version"]
-    return None
+    found, _ = envs.json_probe(python, _VERSION_PROBE, distribution, timeout=60)
+    return found["version"] if found else None
 
 
 def run(ctx: RunContext) -> StageResult:
