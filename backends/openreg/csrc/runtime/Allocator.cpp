@@ -94,25 +94,17 @@ class HostMemoryDeviceAllocator final : public c10::DeviceAllocator {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& s = stats_[device];
     auto agg = static_cast<size_t>(StatType::AGGREGATE);
-    if (allocated) {
-      s.allocation[agg].increase(1);
-      s.segment[agg].increase(1);
-      s.active[agg].increase(1);
-      s.allocated_bytes[agg].increase(nbytes);
-      s.reserved_bytes[agg].increase(nbytes);
-      s.active_bytes[agg].increase(nbytes);
-      s.requested_bytes[agg].increase(nbytes);
-      s.num_device_alloc++;
-    } else {
-      s.allocation[agg].decrease(1);
-      s.segment[agg].decrease(1);
-      s.active[agg].decrease(1);
-      s.allocated_bytes[agg].decrease(nbytes);
-      s.reserved_bytes[agg].decrease(nbytes);
-      s.active_bytes[agg].decrease(nbytes);
-      s.requested_bytes[agg].decrease(nbytes);
-      s.num_device_free++;
+    // Every block is one allocation, one segment and one active block, all of nbytes.
+    auto update = [allocated](auto& stat, size_t amount) {
+      allocated ? stat.increase(amount) : stat.decrease(amount);
+    };
+    for (auto* counted : {&s.allocation, &s.segment, &s.active}) {
+      update((*counted)[agg], 1);
     }
+    for (auto* sized : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) {
+      update((*sized)[agg], nbytes);
+    }
+    ++(allocated ? s.num_device_alloc : s.num_device_free);
   }
 
  private:
