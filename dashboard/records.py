@@ -1,7 +1,8 @@
 """Finding RunRecord files and reducing each to the summary the index keeps.
 
 A record is read once, when it is new or changed; the index then answers every
-history question from these summaries. Only a run page needs the whole record again.
+history question from these summaries. Only record.json is read then: a run's
+tests.json is read for a run page, or for a digest of the few runs that need one.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import Required, TypedDict
 
+from runner import record_files
 from runner.models import Outcome, RunRecord
 
-RECORD_NAME = "record.json"
+RECORD_NAME = record_files.RECORD_NAME
 FAILING = frozenset(o.value for o in Outcome if not o.ok)
 # Outcomes a person wants to see by name in history: everything but a plain pass or skip.
 NOTABLE = frozenset(o.value for o in Outcome) - {"passed", "skipped"}
-_VALUE = {o: o.value for o in Outcome}
 
 
 class BadRecord(Exception):
@@ -89,6 +92,20 @@ def describe_error(path: Path, exc: ValidationError) -> str:
 
 
 @dataclass
+class Digest:
+    """What the index keeps from a run's test list besides the header's counts and notable tests.
+
+    Read from tests.json only for the runs that need it (the latest ones, and any run
+    that gets a page), so a build never reads the test lists of a year of history.
+    """
+
+    testset: str  # hash of the sorted test ids: runs with the same tests share one row
+    ids: list[str] | None  # the ids, when this process has not sent this testset before
+    ops: bytes = b""  # zlib JSON {op: {"ok": [dtypes], "bad": [...], "skip": [...]}}
+    xfail: dict[str, str] = field(default_factory=dict)  # xfailed/xpassed test id -> reason (message)
+
+
+@dataclass
 class RunSummary:
     """What the index stores about one run: enough for every page but the run page."""
 
@@ -111,11 +128,8 @@ class RunSummary:
     stages: list[dict]
     counts: dict[str, int]
     notable: dict[str, str]  # test id -> outcome, for every test that did not plainly pass
-    testset: str  # hash of the sorted test ids: runs with the same tests share one row
-    testset_ids: list[str] | None = None  # only filled the first time a worker meets a testset
-    ops: bytes = b""  # zlib JSON {op: {"ok": [dtypes], "bad": [...], "skip": [...]}}
+    digest: Digest | None  # None: not read yet (the tests live in tests.json)
     problems: list[str] = field(default_factory=list)
-    xfail: dict[str, str] = field(default_factory=dict)  # xfailed/xpassed test id -> reason (message)
 
     @property
     def pass_rate(self) -> float | None:
@@ -126,31 +140,85 @@ class RunSummary:
         return ok / ran
 
 
-def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | None = None) -> RunSummary:
-    counts: dict[str, int] = {}
-    notable: dict[str, str] = {}
+# --- the tests of one run -------------------------------------------------------------
+# A run page or a digest reads a run's 2,000-odd tests. Validating them into TestResult
+# models costs ~6 ms a run; into plain dicts, against the same field types, ~2 ms.
+
+OutcomeName = Literal[tuple(o.value for o in Outcome)]  # type: ignore[valid-type]
+
+
+# runner.models.TestResult as a dict (tests/test_dashboard_build.py keeps the two alike).
+# Spelled as a call: under `from __future__ import annotations` the class syntax would
+# leave Required[...] as strings that TypedDict does not see.
+TestRow = TypedDict("TestRow", {
+    "id": Required[str], "suite": Required[str], "outcome": Required[OutcomeName], "duration_s": float,
+    "message": str, "log_tail": str, "attempts": int, "op": str | None, "dtype": str | None,
+}, total=False)
+
+
+class _TestsDoc(TypedDict):
+    run_id: str
+    tests: list[TestRow]
+
+
+_TESTS = TypeAdapter(_TestsDoc)
+
+
+def load_tests(record_path: Path, record: RunRecord) -> list[TestRow]:
+    """The run's tests as dicts, from tests.json or inline; BadRecord names the file and field."""
+    source = record_files.tests_path(record_path, record)
+    if source is None:
+        return [t.model_dump(mode="json") for t in record.tests]
+    try:
+        doc = _TESTS.validate_json(source.read_bytes())
+    except OSError as exc:
+        raise BadRecord(f"{source}: cannot read: {exc.strerror}") from None
+    except ValidationError as exc:
+        raise BadRecord(describe_error(source, exc)) from None
+    if doc["run_id"] != record.run_id:
+        raise BadRecord(f"{source}: field run_id: belongs to run {doc['run_id']!r}, not {record.run_id!r}")
+    return doc["tests"]
+
+
+def digest(tests: list[TestRow], seen_testsets: set[str] | None = None) -> Digest:
     xfail: dict[str, str] = {}
     ops: dict[str, dict[str, list[str]]] = {}
-    value = _VALUE
-    for t in record.tests:
-        o = value[t.outcome]
-        counts[o] = counts.get(o, 0) + 1
-        if o != "passed":
-            if o in NOTABLE:
-                notable[t.id] = o
-            if o == "xfailed" or o == "xpassed":
-                xfail[t.id] = t.message[:300]
-        if t.op is not None and t.suite == "integration":
-            group = "ok" if o == "passed" else ("skip" if o == "skipped" else ("bad" if o in FAILING else "ok"))
-            by_op = ops.get(t.op)
+    for t in tests:
+        o = t["outcome"]
+        if o == "xfailed" or o == "xpassed":
+            xfail[t["id"]] = t.get("message", "")[:300]
+        op = t.get("op")
+        if op is not None and t["suite"] == "integration":
+            group = "skip" if o == "skipped" else ("bad" if o in FAILING else "ok")
+            by_op = ops.get(op)
             if by_op is None:
-                by_op = ops[t.op] = {}
-            by_op.setdefault(group, []).append(t.dtype or "")
-    ids = sorted({t.id for t in record.tests})
+                by_op = ops[op] = {}
+            by_op.setdefault(group, []).append(t.get("dtype") or "")
+    ids = sorted({t["id"] for t in tests})
     testset = hashlib.blake2b("\n".join(ids).encode(), digest_size=12).hexdigest()
     first_time = seen_testsets is None or testset not in seen_testsets
     if seen_testsets is not None:
         seen_testsets.add(testset)
+    return Digest(testset=testset, ids=ids if first_time else None, xfail=xfail,
+                  ops=zlib.compress(json.dumps(ops, separators=(",", ":")).encode()) if ops else b"")
+
+
+def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | None = None) -> RunSummary:
+    if record.tests_file is None:
+        # Inline tests (records from before tests.json) or none at all: everything is at hand.
+        rows = [t.model_dump(mode="json") for t in record.tests]
+        counts: dict[str, int] = {}
+        notable: dict[str, str] = {}
+        for t in rows:
+            o = t["outcome"]
+            counts[o] = counts.get(o, 0) + 1
+            if o in NOTABLE:
+                notable[t["id"]] = o
+        run_digest: Digest | None = digest(rows, seen_testsets)
+    else:
+        counts = {o.value: n for o, n in record.test_counts.items()}
+        notable = {t: o.value for t, o in record.notable_tests.items() if o.value in NOTABLE}
+        run_digest = None
     duration = (record.finished_at - record.started_at).total_seconds() if record.finished_at else \
         sum(s.duration_s for s in record.stages)
     stages = [{
@@ -165,10 +233,7 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
         started_at=_iso(record.started_at), finished_at=_iso(record.finished_at) if record.finished_at else None,
         status=record.status.value, torch_spec=record.torch.spec, torch_version=record.torch.version,
         torch_git=record.torch.git_version, command=record.command, duration_s=round(max(duration, 0.0), 3),
-        stages=stages, counts=counts, notable=notable, testset=testset,
-        testset_ids=ids if first_time else None,
-        ops=zlib.compress(json.dumps(ops, separators=(",", ":")).encode()) if ops else b"",
-        problems=list(record.problems), xfail=xfail,
+        stages=stages, counts=counts, notable=notable, digest=run_digest, problems=list(record.problems),
     )
 
 
@@ -187,6 +252,11 @@ _worker_seen: set[str] = set()
 
 def reset_worker() -> None:
     _worker_seen.clear()
+
+
+def digest_in_worker(tests: list[TestRow]) -> Digest:
+    """digest() in a worker process: each testset's ids are sent once per build."""
+    return digest(tests, _worker_seen)
 
 
 def summarize_file(data_dir: str, found: FoundFile) -> RunSummary | str:

@@ -18,7 +18,7 @@ from .records import FAILING
 from .store import Run, safe_name
 
 # Bump when templates or page layout change: the next build re-renders every page.
-RENDERER_VERSION = "5"
+RENDERER_VERSION = "6"
 STAGES = ("torch", "build", "install", "autoload", "smoke", "integration")
 GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "blocked": "–", "skipped": "○"}
 COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "crashed": "#82071e", "timeout": "#bc4c00",
@@ -196,21 +196,24 @@ def _status(status: str) -> str:
 # End tags of cells and rows are optional in HTML; leaving them out keeps a page of
 # thousands of tests a third smaller. Styling keys off data-outcome and column order.
 
-def test_rows(tests) -> Markup:
+def test_rows(tests: list[dict]) -> Markup:
+    """Rows for dashboard.records.TestRow dicts (fields at their default may be absent)."""
     out = []
     esc = escape
     suites: dict[str, str] = {}
     for t in tests:
-        o = t.outcome.value
+        o = t["outcome"]
         detail = ""
-        if t.message:
-            detail = f'<pre class="msg">{esc(cut(t.message))}</pre>'
-        if t.log_tail:
-            detail += f'<details><summary>log tail</summary><pre class="log">{esc(cut(t.log_tail))}</pre></details>'
-        suite = suites.get(t.suite) or suites.setdefault(t.suite, str(esc(t.suite)))
-        extra = f" ×{t.attempts}" if t.attempts > 1 else ""
-        out.append(f'<tr data-outcome="{o}"><td>{o}<td>{esc(t.id)}<td>{suite}<td>{fmt_duration(t.duration_s)}{extra}'
-                   f'<td>{detail}')
+        message, log_tail = t.get("message"), t.get("log_tail")
+        if message:
+            detail = f'<pre class="msg">{esc(cut(message))}</pre>'
+        if log_tail:
+            detail += f'<details><summary>log tail</summary><pre class="log">{esc(cut(log_tail))}</pre></details>'
+        suite = suites.get(t["suite"]) or suites.setdefault(t["suite"], str(esc(t["suite"])))
+        attempts = t.get("attempts", 1)
+        extra = f" ×{attempts}" if attempts > 1 else ""
+        out.append(f'<tr data-outcome="{o}"><td>{o}<td>{esc(t["id"])}<td>{suite}'
+                   f'<td>{fmt_duration(t.get("duration_s", 0.0))}{extra}<td>{detail}')
     return Markup("\n".join(out))
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from . import analysis, render
-from .records import BadRecord, FoundFile, discover, load, reset_worker, summarize, summarize_file
+from . import records
+from .records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
 from .store import Index, Run, safe_name
 
 STAMP = ".ootci-build.json"
@@ -86,6 +87,16 @@ class _Build:
         self.removed_runs: list[Run] = []
         self.replaced: list[Run] = []  # rows of records that changed: their old page goes
         self.staging = site.parent / f".{site.name}.building-{os.getpid()}"
+        index.digester = self._digest_run
+
+    def _digest_run(self, rel: str) -> Digest | None:
+        """A run's tests, read because a page needs them and no run page was written for it."""
+        path = self.data_dir / rel
+        try:
+            return records.digest(load_tests(path, load(path)))
+        except BadRecord as exc:
+            self.warn(f"tests not read: {exc}")
+            return None
 
     def _tick(self, name: str, since: float) -> float:
         now = time.perf_counter()
@@ -312,15 +323,18 @@ class _Build:
         work = [(str(self.data_dir), r.rel, str(self.staging), render.run_base(r),
                  render.backend_href(r.backend)) for r in runs]
         if len(work) >= 8 and jobs > 1:
-            with ProcessPoolExecutor(min(jobs, len(work))) as pool:
-                results = list(pool.map(write_run_page, *zip(*work), chunksize=4))
+            with ProcessPoolExecutor(min(jobs, len(work)), initializer=reset_worker) as pool:
+                results = list(pool.map(write_run_page_in_worker, *zip(*work), chunksize=4))
         else:
             results = [write_run_page(*w) for w in work]
         written = {}
-        for run, (problem, files) in zip(runs, results):
+        for run, (problem, files, run_digest) in zip(runs, results):
             if problem:
                 self.warn(problem)
             written[run.id] = files
+            # The page read the run's tests: keep their digest, so no page reads them again.
+            if run_digest is not None:
+                self.index.set_digest(run.id, run_digest)
         self.report.run_pages_written += len(runs)
         return written
 
@@ -377,7 +391,7 @@ class _Build:
         table: dict[str, dict[str, dict]] = {}
         sources = {}
         for name in backends:
-            run = self.index.latest_with_ops(name)
+            run = self.index.latest_with_ops(name, within=analysis.FLAKY_WINDOW)
             if run is None:
                 continue
             sources[name] = {"run": run, "latest": run.id == cache[name]["latest_id"]}
@@ -413,16 +427,22 @@ def reproduce_command(run: Run) -> str:
     return f"ootci run {run.backend} --torch {spec}"
 
 
-def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_href: str) -> tuple[str | None, list[str]]:
-    """Render one run page and copy its logs beside it. Runs in worker processes.
+def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_href: str,
+                   in_worker: bool = False) -> tuple[str | None, list[str], Digest | None]:
+    """Render one run page and copy its logs beside it.
 
-    Returns a warning line (or None) and the site files written.
+    Returns a warning line (or None), the site files written, and the digest of the
+    run's tests (None when they could not be read).
     """
     record_path = Path(data_dir) / rel
     try:
         record = load(record_path)
     except BadRecord as exc:
-        return f"run page not written: {exc}", []
+        return f"run page not written: {exc}", [], None
+    try:
+        tests, unreadable = load_tests(record_path, record), None
+    except BadRecord as exc:
+        tests, unreadable = [], str(exc)
     root = Path(staging)
     (root / base).parent.mkdir(parents=True, exist_ok=True)
     files, logs, problems = [], {}, []
@@ -441,11 +461,12 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
         files.append(target)
         logs[stage.name] = target.rsplit("/", 1)[1]
     counts: dict[str, int] = {}
-    for t in record.tests:
-        counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
+    for t in tests:
+        counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
     order = {o: i for i, o in enumerate(render.OUTCOME_ORDER)}
-    tests = sorted(record.tests, key=lambda t: (order.get(t.outcome.value, 99), t.id))
+    tests.sort(key=lambda t: (order.get(t["outcome"], 99), t["id"]))
     text = render.page("run.html.j2", root="../../", r=record, logs=logs, missing_logs=problems,
+                       total=len(tests), unreadable=unreadable,
                        counts=sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)),
                        rows=render.test_rows(tests), backend_href="../../" + backend_href,
                        reproduce=record.command or f"ootci run {record.backend} --torch {record.torch.spec}",
@@ -453,7 +474,14 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
     page = f"{base}.html"
     _replace(root / page)
     (root / page).write_text(text, encoding="utf-8")
-    return None, [page] + files
+    if unreadable:
+        # Remembered as a run without tests, so later pages do not try (and warn) again.
+        return f"run page without tests: {unreadable}", [page] + files, Digest(testset="", ids=[])
+    return None, [page] + files, records.digest_in_worker(tests) if in_worker else records.digest(tests)
+
+
+def write_run_page_in_worker(*args) -> tuple[str | None, list[str], Digest | None]:
+    return write_run_page(*args, in_worker=True)
 
 
 def _replace(path: Path) -> None:

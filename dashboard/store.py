@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from .records import FAILING, RunSummary
+from .records import FAILING, Digest, RunSummary
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS runs(
   stages TEXT NOT NULL,
   counts TEXT NOT NULL,
   notable BLOB NOT NULL,
-  testset TEXT NOT NULL,
+  testset TEXT,
+  digested INTEGER NOT NULL,
   ops BLOB,
   problems TEXT,
   slug TEXT NOT NULL,
@@ -60,7 +61,7 @@ CREATE TABLE IF NOT EXISTS backend_cache(backend TEXT PRIMARY KEY, data TEXT NOT
 LIGHT = ("id, rel, run_id, backend, device, trigger, pr, started_at, finished_at, status, torch_spec, "
          "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, page_files, problems")
 # The index is a cache of what the records say: a different layout is simply rebuilt.
-INDEX_VERSION = "3"
+INDEX_VERSION = "4"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -129,6 +130,8 @@ class Index:
         self.db.executescript(SCHEMA)
         self.set_meta("index_version", INDEX_VERSION)
         self._testsets: dict[str, frozenset[str]] = {}
+        # rel -> Digest of that run's tests, or None when they cannot be read; set by the builder.
+        self.digester = None
 
     def _current(self) -> bool:
         try:
@@ -167,22 +170,39 @@ class Index:
     def upsert(self, s: RunSummary) -> Run | None:
         """Store a summary; returns the row it replaced, if any."""
         old = self.db.execute(f"SELECT {LIGHT} FROM runs WHERE rel=?", (s.rel,)).fetchone()
-        if s.testset_ids is not None and not self.has_testset(s.testset):
-            self.db.execute("INSERT INTO testsets(hash, ids) VALUES(?, ?)",
-                            (s.testset, zlib.compress("\n".join(s.testset_ids).encode())))
         if old is not None:
             self.db.execute("DELETE FROM runs WHERE id=?", (old["id"],))
         slug = self._free_slug(s.backend, safe_name(s.run_id), s.rel)
-        self.db.execute(
+        cursor = self.db.execute(
             "INSERT INTO runs(rel, mtime_ns, size, run_id, backend, device, trigger, pr, started_at, finished_at,"
             " status, torch_spec, torch_version, torch_git, command, duration_s, pass_rate, stages, counts,"
-            " notable, testset, ops, problems, slug, page, xfail) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?)",
+            " notable, digested, problems, slug, page) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,0)",
             (s.rel, s.mtime_ns, s.size, s.run_id, s.backend, s.device, s.trigger, s.pr, s.started_at,
              s.finished_at, s.status, s.torch_spec, s.torch_version, s.torch_git, s.command, s.duration_s,
              s.pass_rate, json.dumps(s.stages, separators=(",", ":")), json.dumps(s.counts),
-             zlib.compress(json.dumps(s.notable, separators=(",", ":")).encode()), s.testset, s.ops,
-             json.dumps(s.problems), slug, json.dumps(s.xfail) if s.xfail else None))
+             zlib.compress(json.dumps(s.notable, separators=(",", ":")).encode()),
+             json.dumps(s.problems), slug))
+        if s.digest is not None:
+            self.set_digest(cursor.lastrowid, s.digest)
         return Run(old) if old is not None else None
+
+    def set_digest(self, run_id: int, d: Digest) -> None:
+        if d.ids is not None and not self.has_testset(d.testset):
+            self.db.execute("INSERT INTO testsets(hash, ids) VALUES(?, ?)",
+                            (d.testset, zlib.compress("\n".join(d.ids).encode())))
+        self.db.execute("UPDATE runs SET digested=1, testset=?, ops=?, xfail=? WHERE id=?",
+                        (d.testset, d.ops, json.dumps(d.xfail) if d.xfail else None, run_id))
+
+    def _digested(self, run_id: int) -> None:
+        """Read the run's tests now if no build has needed them yet (see `digester`)."""
+        row = self.db.execute("SELECT rel, digested FROM runs WHERE id=?", (run_id,)).fetchone()
+        if row is None or row["digested"]:
+            return
+        d = self.digester(row["rel"]) if self.digester else None
+        if d is None or (d.ids is None and not self.has_testset(d.testset)):
+            # Unreadable tests (the builder warned): remember an empty list, not retry each build.
+            d = Digest(testset="", ids=[])
+        self.set_digest(run_id, d)
 
     def _free_slug(self, backend: str, slug: str, rel: str) -> str:
         taken = self.db.execute("SELECT 1 FROM runs WHERE backend=? AND slug=?", (backend, slug)).fetchone()
@@ -244,21 +264,30 @@ class Index:
         return json.loads(zlib.decompress(row[0])) if row else {}
 
     def xfail(self, run_id: int) -> dict[str, str]:
+        self._digested(run_id)
         row = self.db.execute("SELECT xfail FROM runs WHERE id=?", (run_id,)).fetchone()
         return json.loads(row[0]) if row and row[0] else {}
 
     def ops(self, run_id: int) -> dict[str, dict[str, list[str]]]:
+        self._digested(run_id)
         row = self.db.execute("SELECT ops FROM runs WHERE id=?", (run_id,)).fetchone()
         return json.loads(zlib.decompress(row[0])) if row and row[0] else {}
 
-    def latest_with_ops(self, backend: str) -> Run | None:
-        """The newest main-line run of a backend that has OpInfo results."""
-        row = self.db.execute(
-            f"SELECT {LIGHT} FROM runs WHERE backend=? AND trigger != 'pr' AND length(ops) > 0"
-            " ORDER BY started_at DESC, id DESC LIMIT 1", (backend,)).fetchone()
-        return Run(row) if row else None
+    def latest_with_ops(self, backend: str, within: int) -> Run | None:
+        """The newest of the backend's last `within` main-line runs that has OpInfo results."""
+        rows = self.db.execute(
+            f"SELECT {LIGHT} FROM runs WHERE backend=? AND trigger != 'pr'"
+            " ORDER BY started_at DESC, id DESC LIMIT ?", (backend, within)).fetchall()
+        for row in rows:
+            if row["counts"] == "{}":  # no tests, so no ops: not worth reading
+                continue
+            self._digested(row["id"])
+            if self.db.execute("SELECT length(ops) > 0 FROM runs WHERE id=?", (row["id"],)).fetchone()[0]:
+                return Run(row)
+        return None
 
     def testset(self, run_id: int) -> frozenset[str]:
+        self._digested(run_id)
         digest = self.db.execute("SELECT testset FROM runs WHERE id=?", (run_id,)).fetchone()[0]
         if digest not in self._testsets:
             row = self.db.execute("SELECT ids FROM testsets WHERE hash=?", (digest,)).fetchone()

@@ -20,6 +20,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner import record_files
 from runner.models import (
     Outcome,
     RootCause,
@@ -195,9 +196,7 @@ def write_record(root: Path, record: RunRecord, *, logs: bool = True) -> Path:
                 if stage.root_cause:
                     lines.append(stage.root_cause.summary)
                 (run_dir / stage.log).write_text("\n".join(lines) + "\n")
-    path = run_dir / "record.json"
-    path.write_text(record.model_dump_json(indent=1))
-    return path
+    return record_files.write(run_dir, record)
 
 
 def write_history(root: Path, scenarios: list[Scenario] | None = None, nights: int = 14, *,
@@ -220,8 +219,9 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
                only: int | None = None, progress=None) -> int:
     """Write backends x nights records of `tests` tests each without building models.
 
-    Each record is the JSON a RunRecord dumps to; a passing test list is rendered once
-    per backend and a handful of entries are swapped per night (failures, flakes).
+    Each run is the record.json and tests.json that runner.record_files writes; a passing
+    test list is rendered once per backend and a handful of entries are swapped per night
+    (failures, flakes).
     Returns the bytes written.
     """
     written = 0
@@ -238,15 +238,22 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
             entries = list(base)
             red = red_from is not None and night >= red_from
             failing = red
+            counts = {"passed": len(specs)}
+            notable = {}
             for k in rng.sample(range(len(specs)), k=min(3, len(specs))):
                 outcome = "flaky" if rng.random() < 0.7 else "failed"
                 failing = failing or outcome == "failed"
                 entries[k] = _fast_test(specs[k][0], "integration", outcome, op=specs[k][1], dtype=specs[k][2],
                                         message="RuntimeError: synthetic intermittent failure", attempts=2)
+                notable[specs[k][0]] = outcome
             if red:
                 for k in range(0, min(len(specs), 40), 4):
                     entries[k] = _fast_test(specs[k][0], "integration", "failed", op=specs[k][1],
                                             dtype=specs[k][2], message="AssertionError: Tensor-likes are not close!")
+                    notable[specs[k][0]] = "failed"
+            for outcome in notable.values():
+                counts["passed"] -= 1
+                counts[outcome] = counts.get(outcome, 0) + 1
             started = EPOCH + dt.timedelta(days=night, seconds=b)
             status = "failed" if failing else "passed"
             stages = ",".join(
@@ -260,14 +267,17 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
                 "trigger": "nightly", "pr": None,
                 "torch": {"spec": "nightly", "version": torch_version(night), "git_version": torch_commit(night)},
                 "started_at": started.isoformat(), "finished_at": started.isoformat(), "status": status,
-                "command": f"ootci run {name} --torch nightly",
+                "command": f"ootci run {name} --torch nightly", "tests_file": record_files.TESTS_NAME,
+                "test_counts": counts, "notable_tests": notable,
             })[:-1]
-            text = f'{head}, "stages": [{stages}], "tests": [{",".join(entries)}]}}'
+            text = f'{head}, "stages": [{stages}]}}'
+            tests_text = f'{{"schema_version": 1, "run_id": "{run_id}", "tests": [{",".join(entries)}]}}'
             run_dir = root / name / run_id
             os.makedirs(run_dir / "logs", exist_ok=True)
-            (run_dir / "record.json").write_text(text)
+            (run_dir / record_files.TESTS_NAME).write_text(tests_text)
+            (run_dir / record_files.RECORD_NAME).write_text(text)
             (run_dir / "logs" / "integration.log").write_text("synthetic integration log\n")
-            written += len(text)
+            written += len(text) + len(tests_text)
         if progress:
             progress(b + 1)
     return written

@@ -136,7 +136,17 @@ class RunRecord(_Model):
     status: Status = Status.blocked
     interrupted: str | None = Field(default=None, description="signal or reason when the run was cut short")
     stages: list[StageResult] = Field(default_factory=list)
-    tests: list[TestResult] = Field(default_factory=list)
+    tests: list[TestResult] = Field(
+        default_factory=list, description="every test; on disk they live in `tests_file` (see runner/record_files.py)"
+    )
+    tests_file: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$",
+        description="file beside record.json that holds `tests`; None: `tests` is inline (older records)",
+    )
+    test_counts: dict[Outcome, int] = Field(default_factory=dict, description="outcome -> number of tests")
+    notable_tests: dict[str, Outcome] = Field(
+        default_factory=dict, description="test id -> outcome, for every test that neither passed nor was skipped"
+    )
     problems: list[str] = Field(default_factory=list, description="configuration problems found on the way")
     command: str = Field(default="", description="command that reproduces this run locally")
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from . import __version__, atomic, procs
+from . import __version__, procs, record_files
 from .envs import cache_root
 from .errors import OotciError
 from .manifest import Manifest
@@ -77,11 +77,12 @@ def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | No
 
 
 class RecordWriter:
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.path = run_dir / record_files.RECORD_NAME
 
     def write(self, record: RunRecord) -> None:
-        atomic.write_text(self.path, record.model_dump_json(indent=2) + "\n")
+        record_files.write(self.run_dir, record)
 
 
 def _run_stage(name: str, ctx: RunContext) -> StageResult:
@@ -123,7 +124,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
         platform=f"{sys.platform}-{platform.machine()}", host=socket.gethostname(),
         ootci_version=__version__, started_at=started, command=reproduce_command(manifest, options),
     )
-    writer = RecordWriter(run_dir / "record.json")
+    writer = RecordWriter(run_dir)
     writer.write(record)
     ctx = RunContext(manifest=manifest, options=options, record=record, run_dir=run_dir,
                      cache=options.cache or cache_root(), reporter=reporter)

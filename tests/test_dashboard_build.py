@@ -14,6 +14,7 @@ import pytest
 
 from dashboard import render, site, synthetic
 from dashboard.store import safe_name
+from runner import record_files
 from runner.models import Outcome, RunRecord
 
 SCENARIOS = {s.name: s for s in synthetic.default_scenarios()}
@@ -100,7 +101,7 @@ def test_flaky_tests_are_counted_from_the_records(history):
     test = synthetic.op_test_id("npu", "softmax", "float16")
     outcomes = []
     for path in sorted((data / "ascend").glob("*/record.json")):
-        record = RunRecord.model_validate_json(path.read_text())
+        record = record_files.read(path)
         if record.trigger == "pr":
             continue
         outcomes += [t.outcome for t in record.tests if t.id == test]
@@ -224,6 +225,66 @@ def test_bad_records_are_skipped_with_file_and_field(tmp_path):
                            "--out", str(tmp_path / "site2")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("ootci: warning: skipped ") == 3 and "Traceback" not in proc.stderr
+
+
+def test_tests_json_is_read_only_for_runs_the_site_shows(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    nights = write_nights(data, "openreg", range(0, 35))
+    dirs = [data / "openreg" / r.run_id for r in nights]
+    assert all((d / "tests.json").is_file() and b'"tests": []' in (d / "record.json").read_bytes() for d in dirs)
+    # Night 0 is older than the flaky window and the kept run pages: its tests.json is never opened.
+    (dirs[0] / "tests.json").write_text("{not json")
+    bad_outcome = json.loads((dirs[34] / "tests.json").read_text())
+    bad_outcome["tests"][3]["outcome"] = "exploded"
+    (dirs[34] / "tests.json").write_text(json.dumps(bad_outcome))
+    # A tests.json copied from another run is refused, not shown under the wrong run.
+    (dirs[33] / "tests.json").write_bytes((dirs[32] / "tests.json").read_bytes())
+
+    report = build(data, out, run_pages=3)
+    lines = "\n".join(report.warnings)
+    assert report.skipped == [] and len(report.warnings) == 2, lines
+    assert f"{dirs[34] / 'tests.json'}: field tests.3.outcome" in lines and "exploded" in lines
+    assert f"{dirs[33] / 'tests.json'}: field run_id: belongs to run {nights[32].run_id!r}" in lines
+    page = (out / "runs" / "openreg" / f"{nights[34].run_id}.html").read_text()
+    assert "The test results could not be read" in page and "exploded" in page
+    # Every run keeps its counts and status from record.json alone, night 0 included.
+    runs = {r["run_id"]: r for r in api(out, "openreg")["runs"]}
+    for record in (nights[0], nights[34]):
+        counts: dict[str, int] = {}
+        for t in record.tests:
+            counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
+        assert runs[record.run_id]["tests"] == counts and runs[record.run_id]["status"] == record.status.value
+    good = (out / "runs" / "openreg" / f"{nights[32].run_id}.html").read_text()
+    assert f'<span class="count">{len(nights[32].tests)}</span>' in good
+
+
+def test_records_with_inline_tests_still_build(tmp_path):
+    """Records written before tests.json existed carry their tests in record.json."""
+    data, out = tmp_path / "runs", tmp_path / "site"
+    split = write_nights(data / "split", "gaudi", range(0, 8))
+    inline = write_nights(data / "inline", "gaudi", range(0, 8))
+    for record in inline:
+        run_dir = data / "inline" / "gaudi" / record.run_id
+        (run_dir / "tests.json").unlink()
+        (run_dir / "record.json").write_text(record.model_dump_json())
+    build(data / "split", out / "split")
+    build(data / "inline", out / "inline")
+    assert api(out / "split", "gaudi") | {"generated_at": 0} == api(out / "inline", "gaudi") | {"generated_at": 0}
+    for record in split:
+        pages = [(out / kind / "runs" / "gaudi" / f"{record.run_id}.html").read_text() for kind in ("split", "inline")]
+        assert [p.split("<tbody>")[-1] for p in pages] == [pages[0].split("<tbody>")[-1]] * 2
+
+
+def test_test_row_matches_test_result():
+    """The dashboard validates tests.json as TestRow dicts: the same fields as TestResult."""
+    from typing import get_type_hints
+
+    from dashboard.records import TestRow
+    from runner.models import TestResult
+
+    fields = TestResult.model_fields
+    assert set(get_type_hints(TestRow)) == set(fields)
+    assert TestRow.__required_keys__ == {name for name, f in fields.items() if f.is_required()}
 
 
 def test_failed_build_leaves_old_site_and_index(tmp_path, monkeypatch):

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from runner import envs, procs
-from runner.models import Outcome, RunRecord, Status
+from runner import envs, procs, record_files
+from runner.models import Outcome, Status
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_PARTIAL = REPO / "tests" / "fixtures" / "backends" / "cpu-partial" / "backend.toml"
@@ -38,7 +38,7 @@ def ootci_test(python: Path, backend: str | Path, suite: str, out: Path, *extra:
          "--suite", suite, "--out", str(out), *extra],
         capture_output=True, text=True, timeout=900, cwd=REPO, env=dict(os.environ, **(env or {})),
     )
-    record = RunRecord.model_validate_json((out / "record.json").read_text())
+    record = record_files.read(out / "record.json")
     return done, record
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import junit, manifest, suite_runner
-from runner.models import Outcome, RunRecord, Status
+from runner import junit, manifest, record_files, suite_runner
+from runner.models import Outcome, Status
 
 FIXTURES = Path(__file__).parent / "fixtures" / "backends"
 SYNTHETIC = FIXTURES / "synthetic" / "backend.toml"
@@ -33,7 +33,7 @@ def synthetic_run(torch_layer, tmp_path_factory):
     state.mkdir()
     done = ootci("test", "--python", str(torch_layer.python), "--backend", str(SYNTHETIC), "--suite", "integration",
                  "--out", str(out / "run"), env={"SYNTHETIC_STATE_DIR": str(state)})
-    record = RunRecord.model_validate_json((out / "run" / "record.json").read_text())
+    record = record_files.read(out / "run" / "record.json")
     return done, record, out / "run"
 
 

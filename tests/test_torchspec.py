@@ -116,7 +116,7 @@ def test_wheel_for_another_python_is_refused_before_pip(tmp_path):
     other = f"cp3{sys.version_info.minor + 1}"
     wheel = tmp_path / f"torch-2.13.0-{other}-{other}-manylinux_2_28_x86_64.whl"
     wheel.write_bytes(b"x")
-    with pytest.raises(TorchSpecError, match=f"cannot be installed on this interpreter.*Python tag cp3"):
+    with pytest.raises(TorchSpecError, match="cannot be installed on this interpreter.*Python tag cp3"):
         torch_acquire.plan(torchspec.parse(str(wheel)))
 
 

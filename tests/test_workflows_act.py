@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import record_files
 from runner.models import RunRecord, Status
 from tests.support.act_harness import act_binary, prepare, run_act
 
@@ -53,7 +54,7 @@ def act_dir(root: Path, name: str) -> Path:
 
 
 def records_under(directory: Path) -> list[RunRecord]:
-    return [RunRecord.model_validate_json(p.read_text()) for p in sorted(directory.rglob("record.json"))]
+    return [record_files.read(p) for p in sorted(directory.rglob("record.json"))]
 
 
 def assert_no_gated_action_ran(output: str) -> None:

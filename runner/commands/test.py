@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
-import os
 import sys
 from pathlib import Path
 
-from .. import envs, registry, suite_runner
+from .. import envs, record_files, registry, suite_runner
 from ..errors import EXIT_FAILED, EnvironmentError_, UsageError
 from ..models import RunRecord, Status, TorchInfo
 from ..stages.base import RunContext, RunOptions
@@ -76,15 +74,9 @@ def cmd_test(args: argparse.Namespace) -> int:
     record.stages.append(result)
     record.status = result.status
     record.finished_at = dt.datetime.now(dt.timezone.utc)
-    _write_record(args.out / "record.json", record)
+    record_files.write(args.out, record)
     _print(result, record)
     return 0 if result.status.ok else EXIT_FAILED
-
-
-def _write_record(path: Path, record: RunRecord) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record.model_dump(mode="json"), indent=2))
-    os.replace(tmp, path)
 
 
 def _print(result, record: RunRecord) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runner import record_files
 from runner.models import RunRecord
 
 
 def records_under(out: Path) -> list[RunRecord]:
-    return [RunRecord.model_validate_json(p.read_text()) for p in sorted(out.glob("*/record.json"))]
+    return [record_files.read(p) for p in sorted(out.glob("*/record.json"))]
 
 
 def only_record(out: Path) -> RunRecord:

@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 

@@ -1,0 +1,85 @@
+"""A RunRecord on disk: `record.json` for the run, `tests.json` beside it for its tests.
+
+A run of a real backend has thousands of test results, and they are most of a record's
+bytes (2,000 tests are ~330 KB of JSON). Most readers want the run, not every test: the
+dashboard's history of 365 nights, `ootci summary`, `ootci history merge`. So
+`record.json` carries the run with its per-outcome counts and the tests that did not
+pass (`test_counts`, `notable_tests`), a few kilobytes; `tests.json` carries every
+TestResult. Records written before the split keep their tests inline and still load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+from . import atomic
+from .models import SCHEMA_VERSION, Outcome, RunRecord, TestResult
+
+RECORD_NAME = "record.json"
+TESTS_NAME = "tests.json"
+_QUIET = frozenset({Outcome.passed, Outcome.skipped})
+_TEST_LIST = TypeAdapter(list[TestResult])
+
+
+class TestsFile(BaseModel):
+    """The contents of tests.json: the run it belongs to, and its tests."""
+
+    model_config = ConfigDict(extra="ignore")
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    tests: list[TestResult]
+
+
+def tally(tests: list[TestResult]) -> tuple[dict[Outcome, int], dict[str, Outcome]]:
+    """(outcome -> count, test id -> outcome of each test that did not plainly pass)."""
+    counts: dict[Outcome, int] = {}
+    notable: dict[str, Outcome] = {}
+    for t in tests:
+        counts[t.outcome] = counts.get(t.outcome, 0) + 1
+        if t.outcome not in _QUIET:
+            notable[t.id] = t.outcome
+    return counts, notable
+
+
+def header(record: RunRecord) -> RunRecord:
+    """The record as record.json holds it: tests replaced by counts and a pointer to tests.json."""
+    counts, notable = tally(record.tests)
+    return record.model_copy(update={
+        "tests": [], "tests_file": TESTS_NAME if record.tests else None,
+        "test_counts": counts, "notable_tests": notable,
+    })
+
+
+def write(run_dir: Path, record: RunRecord) -> Path:
+    """Write tests.json, then record.json, each atomically; returns record.json's path.
+
+    In that order a reader that finds a record.json also finds the tests it counts.
+    """
+    if record.tests:
+        # Fields at their default are left out: most tests have no message, log tail or retry.
+        tests = _TEST_LIST.dump_json(record.tests, exclude_defaults=True).decode()
+        head = json.dumps({"schema_version": SCHEMA_VERSION, "run_id": record.run_id})
+        atomic.write_text(run_dir / TESTS_NAME, f'{head[:-1]}, "tests": {tests}}}\n')
+    path = run_dir / RECORD_NAME
+    atomic.write_text(path, header(record).model_dump_json(indent=2) + "\n")
+    return path
+
+
+def tests_path(record_path: Path, record: RunRecord) -> Path | None:
+    """Where the record's tests are (None: inline). The name is a plain file name (see the model)."""
+    return record_path.parent / record.tests_file if record.tests_file else None
+
+
+def read(record_path: Path, *, with_tests: bool = True) -> RunRecord:
+    """The record at record_path, its tests loaded from tests.json unless with_tests is False.
+
+    Raises OSError, or pydantic's ValidationError (a ValueError) for bad JSON or fields.
+    """
+    record = RunRecord.model_validate_json(record_path.read_bytes())
+    source = tests_path(record_path, record)
+    if with_tests and source is not None:
+        record.tests = TestsFile.model_validate_json(source.read_bytes()).tests
+    return record
