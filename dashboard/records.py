@@ -8,7 +8,6 @@ tests.json is read for a run page, or for a digest of the few runs that need one
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import zlib
@@ -99,7 +98,7 @@ class Digest:
     that gets a page), so a build never reads the test lists of a year of history.
     """
 
-    testset: str  # hash of the sorted test ids: runs with the same tests share one row
+    testset: str | None  # runner.record_files.ids_hash of the ids (None: the tests could not be read)
     ids: list[str] | None  # the ids, when this process has not sent this testset before
     ops: bytes = b""  # zlib JSON {op: {"ok": [dtypes], "bad": [...], "skip": [...]}}
     xfail: dict[str, str] = field(default_factory=dict)  # xfailed/xpassed test id -> reason (message)
@@ -128,6 +127,7 @@ class RunSummary:
     stages: list[dict]
     counts: dict[str, int]
     notable: dict[str, str]  # test id -> outcome, for every test that did not plainly pass
+    testset: str | None  # ids hash from the header or the digest (None: a record without one)
     digest: Digest | None  # None: not read yet (the tests live in tests.json)
     problems: list[str] = field(default_factory=list)
 
@@ -195,7 +195,7 @@ def digest(tests: list[TestRow], seen_testsets: set[str] | None = None) -> Diges
                 by_op = ops[op] = {}
             by_op.setdefault(group, []).append(t.get("dtype") or "")
     ids = sorted({t["id"] for t in tests})
-    testset = hashlib.blake2b("\n".join(ids).encode(), digest_size=12).hexdigest()
+    testset = record_files.ids_hash(ids)
     first_time = seen_testsets is None or testset not in seen_testsets
     if seen_testsets is not None:
         seen_testsets.add(testset)
@@ -215,10 +215,12 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
             if o in NOTABLE:
                 notable[t["id"]] = o
         run_digest: Digest | None = digest(rows, seen_testsets)
+        testset = run_digest.testset
     else:
         counts = {o.value: n for o, n in record.test_counts.items()}
         notable = {t: o.value for t, o in record.notable_tests.items() if o.value in NOTABLE}
         run_digest = None
+        testset = record.test_ids_hash
     duration = (record.finished_at - record.started_at).total_seconds() if record.finished_at else \
         sum(s.duration_s for s in record.stages)
     stages = [{
@@ -233,7 +235,8 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
         started_at=_iso(record.started_at), finished_at=_iso(record.finished_at) if record.finished_at else None,
         status=record.status.value, torch_spec=record.torch.spec, torch_version=record.torch.version,
         torch_git=record.torch.git_version, command=record.command, duration_s=round(max(duration, 0.0), 3),
-        stages=stages, counts=counts, notable=notable, digest=run_digest, problems=list(record.problems),
+        stages=stages, counts=counts, notable=notable, testset=testset, digest=run_digest,
+        problems=list(record.problems),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import html
 import json
+import operator
 
 import jinja2
 from markupsafe import Markup, escape
@@ -24,6 +25,7 @@ GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "bl
 COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "crashed": "#82071e", "timeout": "#bc4c00",
            "blocked": "#8c959f", "skipped": "#afb8c1", "unknown": "#8c959f"}
 OUTCOME_ORDER = ("failed", "error", "crashed", "timeout", "xpassed", "flaky", "xfailed", "skipped", "passed")
+_RANK = {o: i for i, o in enumerate(OUTCOME_ORDER)}
 LONG_TEXT = 20_000  # characters of a message or log tail shown before cutting
 
 _env: jinja2.Environment | None = None
@@ -199,22 +201,46 @@ def _status(status: str) -> str:
 def test_rows(tests: list[dict]) -> Markup:
     """Rows for dashboard.records.TestRow dicts (fields at their default may be absent)."""
     out = []
-    esc = escape
+    append = out.append
+    esc = html.escape  # 2x faster than markupsafe's escape, which wraps every result in Markup
     suites: dict[str, str] = {}
+    durations: dict[float, str] = {}
     for t in tests:
         o = t["outcome"]
-        detail = ""
-        message, log_tail = t.get("message"), t.get("log_tail")
-        if message:
-            detail = f'<pre class="msg">{esc(cut(message))}</pre>'
+        seconds = t.get("duration_s", 0.0)
+        duration = durations.get(seconds)
+        if duration is None:
+            duration = durations[seconds] = fmt_duration(seconds)
+        suite = suites.get(t["suite"])
+        if suite is None:
+            suite = suites[t["suite"]] = esc(t["suite"])
+        message, log_tail, attempts = t.get("message"), t.get("log_tail"), t.get("attempts", 1)
+        if not (message or log_tail or attempts > 1):  # most tests: a plain pass
+            append(f'<tr data-outcome="{o}"><td>{o}<td>{esc(t["id"])}<td>{suite}<td>{duration}<td>')
+            continue
+        detail = f'<pre class="msg">{esc(cut(message))}</pre>' if message else ""
         if log_tail:
             detail += f'<details><summary>log tail</summary><pre class="log">{esc(cut(log_tail))}</pre></details>'
-        suite = suites.get(t["suite"]) or suites.setdefault(t["suite"], str(esc(t["suite"])))
-        attempts = t.get("attempts", 1)
         extra = f" ×{attempts}" if attempts > 1 else ""
-        out.append(f'<tr data-outcome="{o}"><td>{o}<td>{esc(t["id"])}<td>{suite}'
-                   f'<td>{fmt_duration(t.get("duration_s", 0.0))}{extra}<td>{detail}')
+        append(f'<tr data-outcome="{o}"><td>{o}<td>{esc(t["id"])}<td>{suite}<td>{duration}{extra}<td>{detail}')
     return Markup("\n".join(out))
+
+
+def sorted_tests(tests: list[dict]) -> tuple[list[dict], list[tuple[str, int]]]:
+    """Tests in page order (worst outcome first, then by id), and (outcome, count) in that order."""
+    buckets: dict[str, list[dict]] = {}
+    for t in tests:
+        bucket = buckets.get(t["outcome"])
+        if bucket is None:
+            bucket = buckets[t["outcome"]] = []
+        bucket.append(t)
+    ordered, counts = [], []
+    by_id = operator.itemgetter("id")
+    for outcome in sorted(buckets, key=lambda o: (_RANK.get(o, len(_RANK)), o)):
+        bucket = sorted(buckets[outcome], key=by_id)
+        ordered += bucket
+        counts.append((outcome, len(bucket)))
+    return ordered, counts
 
 
 def coverage_rows(ops: list[str], backends: list[str], table: dict[str, dict[str, dict]]) -> Markup:

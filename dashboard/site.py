@@ -460,15 +460,9 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
         shutil.copyfile(source, root / target)
         files.append(target)
         logs[stage.name] = target.rsplit("/", 1)[1]
-    counts: dict[str, int] = {}
-    for t in tests:
-        counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
-    order = {o: i for i, o in enumerate(render.OUTCOME_ORDER)}
-    tests.sort(key=lambda t: (order.get(t["outcome"], 99), t["id"]))
+    ordered, counts = render.sorted_tests(tests)
     text = render.page("run.html.j2", root="../../", r=record, logs=logs, missing_logs=problems,
-                       total=len(tests), unreadable=unreadable,
-                       counts=sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)),
-                       rows=render.test_rows(tests), backend_href="../../" + backend_href,
+                       total=len(tests), unreadable=unreadable, counts=counts, rows=render.test_rows(ordered), backend_href="../../" + backend_href,
                        reproduce=record.command or f"ootci run {record.backend} --torch {record.torch.spec}",
                        generated=render.now_iso())
     page = f"{base}.html"
@@ -476,7 +470,7 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
     (root / page).write_text(text, encoding="utf-8")
     if unreadable:
         # Remembered as a run without tests, so later pages do not try (and warn) again.
-        return f"run page without tests: {unreadable}", [page] + files, Digest(testset="", ids=[])
+        return f"run page without tests: {unreadable}", [page] + files, Digest(testset=None, ids=None)
     return None, [page] + files, records.digest_in_worker(tests) if in_worker else records.digest(tests)
 
 

@@ -176,21 +176,22 @@ class Index:
         cursor = self.db.execute(
             "INSERT INTO runs(rel, mtime_ns, size, run_id, backend, device, trigger, pr, started_at, finished_at,"
             " status, torch_spec, torch_version, torch_git, command, duration_s, pass_rate, stages, counts,"
-            " notable, digested, problems, slug, page) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,0)",
+            " notable, testset, digested, problems, slug, page) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,0)",
             (s.rel, s.mtime_ns, s.size, s.run_id, s.backend, s.device, s.trigger, s.pr, s.started_at,
              s.finished_at, s.status, s.torch_spec, s.torch_version, s.torch_git, s.command, s.duration_s,
              s.pass_rate, json.dumps(s.stages, separators=(",", ":")), json.dumps(s.counts),
-             zlib.compress(json.dumps(s.notable, separators=(",", ":")).encode()),
+             zlib.compress(json.dumps(s.notable, separators=(",", ":")).encode()), s.testset,
              json.dumps(s.problems), slug))
         if s.digest is not None:
             self.set_digest(cursor.lastrowid, s.digest)
         return Run(old) if old is not None else None
 
     def set_digest(self, run_id: int, d: Digest) -> None:
-        if d.ids is not None and not self.has_testset(d.testset):
+        if d.testset is not None and d.ids is not None and not self.has_testset(d.testset):
             self.db.execute("INSERT INTO testsets(hash, ids) VALUES(?, ?)",
                             (d.testset, zlib.compress("\n".join(d.ids).encode())))
-        self.db.execute("UPDATE runs SET digested=1, testset=?, ops=?, xfail=? WHERE id=?",
+        # A digest without a testset (unreadable tests) keeps the one record.json gave.
+        self.db.execute("UPDATE runs SET digested=1, testset=COALESCE(?, testset), ops=?, xfail=? WHERE id=?",
                         (d.testset, d.ops, json.dumps(d.xfail) if d.xfail else None, run_id))
 
     def _digested(self, run_id: int) -> None:
@@ -199,9 +200,9 @@ class Index:
         if row is None or row["digested"]:
             return
         d = self.digester(row["rel"]) if self.digester else None
-        if d is None or (d.ids is None and not self.has_testset(d.testset)):
-            # Unreadable tests (the builder warned): remember an empty list, not retry each build.
-            d = Digest(testset="", ids=[])
+        if d is None:
+            # Unreadable tests (the builder warned): remembered as read, not retried each build.
+            d = Digest(testset=None, ids=None)
         self.set_digest(run_id, d)
 
     def _free_slug(self, backend: str, slug: str, rel: str) -> str:
@@ -287,11 +288,16 @@ class Index:
         return None
 
     def testset(self, run_id: int) -> frozenset[str]:
-        self._digested(run_id)
+        """The run's test ids. Runs share sets, so the tests of one run per set are read."""
         digest = self.db.execute("SELECT testset FROM runs WHERE id=?", (run_id,)).fetchone()[0]
+        if digest is None or not self.has_testset(digest):
+            self._digested(run_id)
+            digest = self.db.execute("SELECT testset FROM runs WHERE id=?", (run_id,)).fetchone()[0]
         if digest not in self._testsets:
             row = self.db.execute("SELECT ids FROM testsets WHERE hash=?", (digest,)).fetchone()
-            text = zlib.decompress(row[0]).decode() if row else ""
+            if row is None:  # its tests could not be read: as far as we know, none ran
+                return frozenset()
+            text = zlib.decompress(row[0]).decode()
             self._testsets[digest] = frozenset(text.split("\n")) if text else frozenset()
         return self._testsets[digest]
 

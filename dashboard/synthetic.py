@@ -232,6 +232,7 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
         specs = [(op_test_id(device, op, dt_, v), op, dt_)
                  for op in ops for dt_ in DTYPES for v in ("compare_cpu", "out")][:tests]
         base = [_fast_test(tid, "integration", "passed", op=op, dtype=dt_) for tid, op, dt_ in specs]
+        ids_hash = record_files.ids_hash(tid for tid, _, _ in specs)
         red_from = (b * 37) % (nights + 30) if b % 3 == 0 else None
         for night in range(start_night, start_night + nights):
             rng = random.Random(b * 100_003 + night)
@@ -268,7 +269,7 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
                 "torch": {"spec": "nightly", "version": torch_version(night), "git_version": torch_commit(night)},
                 "started_at": started.isoformat(), "finished_at": started.isoformat(), "status": status,
                 "command": f"ootci run {name} --torch nightly", "tests_file": record_files.TESTS_NAME,
-                "test_counts": counts, "notable_tests": notable,
+                "test_counts": counts, "test_ids_hash": ids_hash, "notable_tests": notable,
             })[:-1]
             text = f'{head}, "stages": [{stages}]}}'
             tests_text = f'{{"schema_version": 1, "run_id": "{run_id}", "tests": [{",".join(entries)}]}}'

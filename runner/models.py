@@ -144,6 +144,10 @@ class RunRecord(_Model):
         description="file beside record.json that holds `tests`; None: `tests` is inline (older records)",
     )
     test_counts: dict[Outcome, int] = Field(default_factory=dict, description="outcome -> number of tests")
+    test_ids_hash: str | None = Field(
+        default=None, description="fingerprint of the set of test ids (runner.record_files.ids_hash): "
+        "runs with equal hashes ran the same tests"
+    )
     notable_tests: dict[str, Outcome] = Field(
         default_factory=dict, description="test id -> outcome, for every test that neither passed nor was skipped"
     )

@@ -3,13 +3,15 @@
 A run of a real backend has thousands of test results, and they are most of a record's
 bytes (2,000 tests are ~330 KB of JSON). Most readers want the run, not every test: the
 dashboard's history of 365 nights, `ootci summary`, `ootci history merge`. So
-`record.json` carries the run with its per-outcome counts and the tests that did not
-pass (`test_counts`, `notable_tests`), a few kilobytes; `tests.json` carries every
-TestResult. Records written before the split keep their tests inline and still load.
+`record.json` carries the run with its per-outcome counts, a fingerprint of its test
+ids and the tests that did not pass (`test_counts`, `test_ids_hash`, `notable_tests`),
+a few kilobytes; `tests.json` carries every TestResult. Records written before the
+split keep their tests inline and still load.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -44,12 +46,17 @@ def tally(tests: list[TestResult]) -> tuple[dict[Outcome, int], dict[str, Outcom
     return counts, notable
 
 
+def ids_hash(ids) -> str:
+    """A fingerprint of a set of test ids: equal for runs that ran the same tests, in any order."""
+    return hashlib.blake2b("\n".join(sorted(set(ids))).encode(), digest_size=12).hexdigest()
+
+
 def header(record: RunRecord) -> RunRecord:
-    """The record as record.json holds it: tests replaced by counts and a pointer to tests.json."""
+    """The record as record.json holds it: tests replaced by a summary and a pointer to tests.json."""
     counts, notable = tally(record.tests)
     return record.model_copy(update={
-        "tests": [], "tests_file": TESTS_NAME if record.tests else None,
-        "test_counts": counts, "notable_tests": notable,
+        "tests": [], "tests_file": TESTS_NAME if record.tests else None, "test_counts": counts,
+        "test_ids_hash": ids_hash(t.id for t in record.tests) if record.tests else None, "notable_tests": notable,
     })
 
 

@@ -229,11 +229,13 @@ def test_bad_records_are_skipped_with_file_and_field(tmp_path):
 
 def test_tests_json_is_read_only_for_runs_the_site_shows(tmp_path):
     data, out = tmp_path / "runs", tmp_path / "site"
-    nights = write_nights(data, "openreg", range(0, 35))
-    dirs = [data / "openreg" / r.run_id for r in nights]
+    nights = write_nights(data, "tenstorrent", range(0, 35))
+    dirs = [data / "tenstorrent" / r.run_id for r in nights]
     assert all((d / "tests.json").is_file() and b'"tests": []' in (d / "record.json").read_bytes() for d in dirs)
-    # Night 0 is older than the flaky window and the kept run pages: its tests.json is never opened.
-    (dirs[0] / "tests.json").write_text("{not json")
+    # Night 0 is older than the flaky window and the kept run pages, and night 20 has no page
+    # and ran the same tests as its neighbours (record.json says so): neither tests.json is opened.
+    for old in (dirs[0], dirs[20]):
+        (old / "tests.json").write_text("{not json")
     bad_outcome = json.loads((dirs[34] / "tests.json").read_text())
     bad_outcome["tests"][3]["outcome"] = "exploded"
     (dirs[34] / "tests.json").write_text(json.dumps(bad_outcome))
@@ -245,17 +247,27 @@ def test_tests_json_is_read_only_for_runs_the_site_shows(tmp_path):
     assert report.skipped == [] and len(report.warnings) == 2, lines
     assert f"{dirs[34] / 'tests.json'}: field tests.3.outcome" in lines and "exploded" in lines
     assert f"{dirs[33] / 'tests.json'}: field run_id: belongs to run {nights[32].run_id!r}" in lines
-    page = (out / "runs" / "openreg" / f"{nights[34].run_id}.html").read_text()
+    page = (out / "runs" / "tenstorrent" / f"{nights[34].run_id}.html").read_text()
     assert "The test results could not be read" in page and "exploded" in page
     # Every run keeps its counts and status from record.json alone, night 0 included.
-    runs = {r["run_id"]: r for r in api(out, "openreg")["runs"]}
+    runs = {r["run_id"]: r for r in api(out, "tenstorrent")["runs"]}
     for record in (nights[0], nights[34]):
         counts: dict[str, int] = {}
         for t in record.tests:
             counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
         assert runs[record.run_id]["tests"] == counts and runs[record.run_id]["status"] == record.status.value
-    good = (out / "runs" / "openreg" / f"{nights[32].run_id}.html").read_text()
+    good = (out / "runs" / "tenstorrent" / f"{nights[32].run_id}.html").read_text()
     assert f'<span class="count">{len(nights[32].tests)}</span>' in good
+    # The flaky analysis looked at all 30 recent nights, night 20 included, by its fingerprint.
+    assert [f["seen"] for f in api(out, "tenstorrent")["flaky"]] == [30]
+
+    # Without the fingerprint, night 20's tests must be read to know what ran: now it warns.
+    header = json.loads((dirs[20] / "record.json").read_text())
+    del header["test_ids_hash"]
+    (dirs[20] / "record.json").write_text(json.dumps(header))
+    report = build(data, out, run_pages=3)
+    assert [w for w in report.warnings if str(dirs[20]) in w] == [
+        f"tests not read: {dirs[20] / 'tests.json'}: not valid JSON (truncated?): key must be a string at line 1 column 2"]
 
 
 def test_records_with_inline_tests_still_build(tmp_path):
