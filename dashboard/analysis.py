@@ -95,14 +95,15 @@ def flaky(index: Index, runs: list[Run], window: int = FLAKY_WINDOW) -> list[Fla
     recent = [r for r in runs[-window:] if r.total]
     notable = [index.notable(r.id) for r in recent]
     candidates = {t for n in notable for t, o in n.items() if o in FAILING or o == "flaky"}
+    ran = [index.testset(r.id) for r in recent] if candidates else []
     found = []
     for test in sorted(candidates):
         states = []
         flaky_runs = failed_runs = 0
-        for run, n in zip(recent, notable):
+        for n, tests in zip(notable, ran):
             outcome = n.get(test)
             if outcome is None:
-                if test not in index.testset(run.id):
+                if test not in tests:
                     continue
                 outcome = "passed"
             flaky_runs += outcome == "flaky"

@@ -42,6 +42,7 @@ def env() -> jinja2.Environment:
                             pct=fmt_pct, cut=cut)
         _env.globals.update(STAGES=STAGES, GLYPH=GLYPH, run_href=run_href, backend_href=backend_href,
                             stage_title=stage_title, sparkline=sparkline, coverage_rows=coverage_rows,
+                            history_rows=history_rows,
                             outcome_class=outcome_class)
     return _env
 
@@ -243,6 +244,32 @@ def sorted_tests(tests: list[dict]) -> tuple[list[dict], list[tuple[str, int]]]:
     return ordered, counts
 
 
+def history_rows(runs: list[Run], paged: set[int], root: str) -> Markup:
+    """The backend page's runs x stages grid: one row per run of a year of nights, so no template loop."""
+    esc = html.escape
+    out = []
+    for run in runs:
+        href = esc(root + run_href(run)) if run.id in paged else None
+        when = esc(fmt_time(run.started_at))
+        cells = [f'<tr data-status="{esc(run.status)}">\n<th class="name">'
+                 + (f'<a href="{href}">{when}</a>' if href else when) + "</th>\n"]
+        by_name = {st["name"]: st for st in run.stages}
+        for name in STAGES:
+            stage = by_name.get(name)
+            status = esc(stage["status"]) if stage else "none"
+            glyph = GLYPH.get(status, "")
+            cells.append(f'<td class="c s-{status}" title="{esc(stage_title(stage, name))}">'
+                         + (f'<a href="{href}">{glyph}</a>' if href else glyph) + "</td>")
+        total = run.total
+        tests = f"{total - run.failing}/{total}" if total else "–"
+        cells.append(f'\n<td class="num" title="{esc(counts_text(run.counts))}">{tests}</td>\n'
+                     f'<td class="num">{fmt_pct(run.pass_rate)}</td>\n'
+                     f'<td><code title="{esc(run.torch_version or "")}">{esc(short_sha(run.torch_git))}</code></td>\n'
+                     f'<td class="num">{fmt_duration(run.duration_s)}</td>\n</tr>')
+        out.append("".join(cells))
+    return Markup("\n".join(out))
+
+
 def coverage_rows(ops: list[str], backends: list[str], table: dict[str, dict[str, dict]]) -> Markup:
     """The ops x backends cells (up to hundreds of each, so no template loop)."""
     out = []
@@ -268,7 +295,8 @@ def coverage_rows(ops: list[str], backends: list[str], table: dict[str, dict[str
 
 
 def dumps(data) -> str:
-    return json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n"
+    # No indent: only then does json use its C encoder (a backend's API file lists every run).
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
 
 
 def now_iso() -> str:

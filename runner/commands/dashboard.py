@@ -15,8 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--data", type=Path, required=True, help="directory searched for **/record.json")
     b.add_argument("--out", type=Path, required=True, help="site directory (replaced atomically)")
     b.add_argument("--state", type=Path, help="where the SQLite index lives (default: OUT.state next to OUT)")
-    b.add_argument("--run-pages", default="30", metavar="N",
-                   help="run pages kept per backend: the latest N runs (and the culprit pair); 'all' for every run")
+    b.add_argument("--run-pages", metavar="N",
+                   help="run pages kept per backend: the latest N runs (and the culprit pair), default 14; "
+                        "'all' for every run")
     b.add_argument("--rebuild", action="store_true", help="re-render every page, not only what changed")
     b.add_argument("--jobs", type=int, help="worker processes for parsing records (default: CPU count)")
     b.set_defaults(func=cmd_build)
@@ -26,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_build(args: argparse.Namespace) -> int:
     from dashboard import site
 
-    if args.run_pages == "all":
+    if args.run_pages is None:
+        run_pages = site.DEFAULT_RUN_PAGES
+    elif args.run_pages == "all":
         run_pages = None
     else:
         try:
