@@ -84,6 +84,11 @@ def main() -> int:
         report, warm = timed("full re-render (warm index)", lambda: site.build(data, out, rebuild=True, **quiet))
         print(f"  phases: {report.seconds}")
     finally:
+        # The replaced sites are deleted by detached processes: let them finish, so that
+        # the next run of this benchmark does not share the disk and CPU with them.
+        deadline = time.monotonic() + 120
+        while list(args.workdir.glob(f".{out.name}.old-*")) and time.monotonic() < deadline:
+            time.sleep(0.2)
         if not args.keep:
             shutil.rmtree(args.workdir, ignore_errors=True)
         else:  # the kept data stays the generated size for the next go

@@ -100,7 +100,7 @@ class Digest:
 
     testset: str | None  # runner.record_files.ids_hash of the ids (None: the tests could not be read)
     ids: list[str] | None  # the ids, when this process has not sent this testset before
-    ops: bytes = b""  # zlib JSON {op: {"ok": [dtypes], "bad": [...], "skip": [...]}}
+    ops: bytes | None = b""  # zlib JSON {op: {"ok": [dtypes], "bad": [...], "skip": [...]}}; None: not worked out
     xfail: dict[str, str] = field(default_factory=dict)  # xfailed/xpassed test id -> reason (message)
 
 
@@ -124,20 +124,22 @@ class RunSummary:
     torch_git: str | None
     command: str
     duration_s: float
-    stages: list[dict]
-    counts: dict[str, int]
-    notable: dict[str, str]  # test id -> outcome, for every test that did not plainly pass
+    pass_rate: float | None
+    # The index's JSON columns, encoded here: in a cold build this runs in the worker processes.
+    stages_json: str
+    counts_json: str
+    notable_zjson: bytes  # zlib JSON {test id: outcome} of every test that did not plainly pass
+    problems_json: str
     testset: str | None  # ids hash from the header or the digest (None: a record without one)
     digest: Digest | None  # None: not read yet (the tests live in tests.json)
-    problems: list[str] = field(default_factory=list)
 
-    @property
-    def pass_rate(self) -> float | None:
-        ran = sum(n for o, n in self.counts.items() if o != "skipped")
-        if not ran:
-            return None
-        ok = sum(n for o, n in self.counts.items() if o != "skipped" and o not in FAILING)
-        return ok / ran
+
+def pass_rate(counts: dict[str, int]) -> float | None:
+    """(passed + xfailed + flaky) / tests that were not skipped; None when none ran."""
+    ran = sum(n for o, n in counts.items() if o != "skipped")
+    if not ran:
+        return None
+    return sum(n for o, n in counts.items() if o != "skipped" and o not in FAILING) / ran
 
 
 # --- the tests of one run -------------------------------------------------------------
@@ -180,13 +182,20 @@ def load_tests(record_path: Path, record: RunRecord) -> list[TestRow]:
     return doc["tests"]
 
 
-def digest(tests: list[TestRow], seen_testsets: set[str] | None = None) -> Digest:
+def digest(tests: list[TestRow], seen_testsets: set[str] | None = None, ids_hash: str | None = None,
+           with_ops: bool = True) -> Digest:
+    """The digest of a run's tests. ids_hash: the fingerprint record.json gives, trusted
+    (and the ids not collected again) when this process already sent that set. with_ops:
+    work out the OpInfo results per op (a third of the work, and only the coverage page
+    of the latest runs needs them)."""
     xfail: dict[str, str] = {}
     ops: dict[str, dict[str, list[str]]] = {}
     for t in tests:
         o = t["outcome"]
         if o == "xfailed" or o == "xpassed":
             xfail[t["id"]] = t.get("message", "")[:300]
+        if not with_ops:
+            continue
         op = t.get("op")
         if op is not None and t["suite"] == "integration":
             group = "skip" if o == "skipped" else ("bad" if o in FAILING else "ok")
@@ -194,13 +203,19 @@ def digest(tests: list[TestRow], seen_testsets: set[str] | None = None) -> Diges
             if by_op is None:
                 by_op = ops[op] = {}
             by_op.setdefault(group, []).append(t.get("dtype") or "")
+    zipped = _zip_ops(ops) if with_ops else None
+    if ids_hash is not None and seen_testsets is not None and ids_hash in seen_testsets:
+        return Digest(testset=ids_hash, ids=None, xfail=xfail, ops=zipped)
     ids = sorted({t["id"] for t in tests})
     testset = record_files.ids_hash(ids)
     first_time = seen_testsets is None or testset not in seen_testsets
     if seen_testsets is not None:
         seen_testsets.add(testset)
-    return Digest(testset=testset, ids=ids if first_time else None, xfail=xfail,
-                  ops=zlib.compress(json.dumps(ops, separators=(",", ":")).encode()) if ops else b"")
+    return Digest(testset=testset, ids=ids if first_time else None, xfail=xfail, ops=zipped)
+
+
+def _zip_ops(ops: dict) -> bytes:
+    return zlib.compress(json.dumps(ops, separators=(",", ":")).encode()) if ops else b""
 
 
 def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | None = None) -> RunSummary:
@@ -235,9 +250,14 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
         started_at=_iso(record.started_at), finished_at=_iso(record.finished_at) if record.finished_at else None,
         status=record.status.value, torch_spec=record.torch.spec, torch_version=record.torch.version,
         torch_git=record.torch.git_version, command=record.command, duration_s=round(max(duration, 0.0), 3),
-        stages=stages, counts=counts, notable=notable, testset=testset, digest=run_digest,
-        problems=list(record.problems),
+        pass_rate=pass_rate(counts), stages_json=_compact(stages), counts_json=_compact(counts),
+        notable_zjson=zlib.compress(_compact(notable).encode(), 1), problems_json=_compact(record.problems),
+        testset=testset, digest=run_digest,
     )
+
+
+def _compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _iso(moment) -> str:
@@ -257,9 +277,9 @@ def reset_worker() -> None:
     _worker_seen.clear()
 
 
-def digest_in_worker(tests: list[TestRow]) -> Digest:
+def digest_in_worker(tests: list[TestRow], ids_hash: str | None = None, with_ops: bool = True) -> Digest:
     """digest() in a worker process: each testset's ids are sent once per build."""
-    return digest(tests, _worker_seen)
+    return digest(tests, _worker_seen, ids_hash, with_ops)
 
 
 def summarize_file(data_dir: str, found: FoundFile) -> RunSummary | str:

@@ -89,6 +89,7 @@ class _Build:
         self.replaced: list[Run] = []  # rows of records that changed: their old page goes
         self.staging = site.parent / f".{site.name}.building-{os.getpid()}"
         index.digester = self._digest_run
+        self.unreadable: set[str] = set()  # records whose tests were found unreadable (warned once)
 
     def _digest_run(self, rel: str) -> Digest | None:
         """A run's tests, read because a page needs them and no run page was written for it."""
@@ -96,6 +97,7 @@ class _Build:
         try:
             return records.digest(load_tests(path, load(path)))
         except BadRecord as exc:
+            self.unreadable.add(rel)
             self.warn(f"tests not read: {exc}")
             return None
 
@@ -162,7 +164,7 @@ class _Build:
                     self._forget(f.rel)
                 continue
             self.report.parsed += 1
-            old = self.index.upsert(result)
+            old = self.index.upsert(result, known=f.rel in known)
             self.dirty_backends.add(result.backend)
             if result.pr is not None:
                 self.dirty_prs.add(result.pr)
@@ -192,7 +194,7 @@ class _Build:
                     yield str(exc)
             return
         with ProcessPoolExecutor(jobs, initializer=reset_worker) as pool:
-            yield from pool.map(summarize_file, [str(self.data_dir)] * len(changed), changed, chunksize=32)
+            yield from pool.map(summarize_file, [str(self.data_dir)] * len(changed), changed, chunksize=128)
 
     # --- 2. staging -----------------------------------------------------------------
     def _prepare_staging(self) -> None:
@@ -253,9 +255,25 @@ class _Build:
             self._drop_page(have[i])
         self.index.clear_pages(stale)
 
-        to_write = [r for runs in wanted.values() for r in runs if r.id not in have]
-        self.index.set_pages(self._write_run_pages(to_write))
-        paged = want_ids
+        # Worker processes write the run pages while this one writes everything else. The
+        # backend pages need what the pages of the latest runs read (their tests' digest),
+        # so those pages come first and are waited for.
+        latest = {(analysis.mainline(runs) or runs)[-1].id for runs in fresh.values() if runs}
+        to_write = sorted((r for runs in wanted.values() for r in runs if r.id not in have),
+                          key=lambda r: r.id not in latest)
+        pages = _RunPages(self, to_write, latest)
+        try:
+            pages.take(sum(1 for r in to_write if r.id in latest))
+            self._write_other_pages(build_id, backends, fresh, wanted, cache, want_ids)
+            pages.take()
+        finally:
+            pages.close()
+        self.index.set_pages(pages.written)
+
+    def _write_other_pages(self, build_id: str, backends: list[str], fresh: dict[str, list[Run]],
+                     wanted: dict[str, list[Run]], cache: dict[str, dict], paged: set[int]) -> None:
+        """Backend, PR, index and coverage pages, badges, the API and the assets."""
+        full = self.report.full
 
         for gone in set(cache) - set(backends) | ({r.backend for r in self.removed_runs} - set(backends)):
             for rel in (render.backend_href(gone), f"badges/{safe_name(gone)}.svg",
@@ -318,26 +336,6 @@ class _Build:
                 path.unlink()
         if files:
             self.report.run_pages_deleted += 1
-
-    def _write_run_pages(self, runs: list[Run]) -> dict[int, list[str]]:
-        jobs = self.jobs or os.cpu_count() or 1
-        work = [(str(self.data_dir), r.rel, str(self.staging), render.run_base(r),
-                 render.backend_href(r.backend)) for r in runs]
-        if len(work) >= 8 and jobs > 1:
-            with ProcessPoolExecutor(min(jobs, len(work)), initializer=reset_worker) as pool:
-                results = list(pool.map(write_run_page_in_worker, *zip(*work), chunksize=4))
-        else:
-            results = [write_run_page(*w) for w in work]
-        written = {}
-        for run, (problem, files, run_digest) in zip(runs, results):
-            if problem:
-                self.warn(problem)
-            written[run.id] = files
-            # The page read the run's tests: keep their digest, so no page reads them again.
-            if run_digest is not None:
-                self.index.set_digest(run.id, run_digest)
-        self.report.run_pages_written += len(runs)
-        return written
 
     def _backend_summary(self, name: str, runs: list[Run], paged: set[int]) -> dict:
         main = analysis.mainline(runs) or runs
@@ -403,6 +401,44 @@ class _Build:
         return {"ops": sorted(table), "table": table, "backends": list(sources), "sources": sources}
 
 
+class _RunPages:
+    """Run pages being written, by worker processes when there are many; results are taken in order."""
+
+    def __init__(self, build: _Build, runs: list[Run], latest: set[int]):
+        self.build, self.runs = build, runs
+        self.written: dict[int, list[str]] = {}
+        self.taken = 0
+        # Op coverage comes from the latest runs: only their pages work out the ops.
+        work = [(str(build.data_dir), r.rel, str(build.staging), render.run_base(r),
+                 render.backend_href(r.backend), r.id in latest) for r in runs]
+        jobs = build.jobs or os.cpu_count() or 1
+        self.pool = None
+        if len(work) >= 8 and jobs > 1:
+            self.pool = ProcessPoolExecutor(min(jobs, len(work)), initializer=reset_worker)
+            self.results = self.pool.map(write_run_page_in_worker, *zip(*work), chunksize=4)
+        else:
+            self.results = iter([write_run_page(*w) for w in work])
+
+    def take(self, count: int | None = None) -> None:
+        """Wait for the next `count` pages (None: all the rest) and keep what they found."""
+        end = len(self.runs) if count is None else self.taken + count
+        for run in self.runs[self.taken:end]:
+            problem, files, run_digest = next(self.results)
+            self.taken += 1
+            # A run page being written while its tests were read for a backend page: warned already.
+            if problem and run.rel not in self.build.unreadable:
+                self.build.warn(problem)
+            self.written[run.id] = files
+            self.build.report.run_pages_written += 1
+            # The page read the run's tests: keep their digest, so no page reads them again.
+            if run_digest is not None:
+                self.build.index.set_digest(run.id, run_digest)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+
 def _run_ref(run: Run | None) -> dict | None:
     if run is None:
         return None
@@ -428,7 +464,7 @@ def reproduce_command(run: Run) -> str:
     return f"ootci run {run.backend} --torch {spec}"
 
 
-def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_href: str,
+def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_href: str, with_ops: bool = True,
                    in_worker: bool = False) -> tuple[str | None, list[str], Digest | None]:
     """Render one run page and copy its logs beside it.
 
@@ -471,8 +507,10 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
     (root / page).write_text(text, encoding="utf-8")
     if unreadable:
         # Remembered as a run without tests, so later pages do not try (and warn) again.
-        return f"run page without tests: {unreadable}", [page] + files, Digest(testset=None, ids=None)
-    return None, [page] + files, records.digest_in_worker(tests) if in_worker else records.digest(tests)
+        return f"run page without tests: {unreadable}", [page] + files, Digest(testset=None, ids=None, ops=b"")
+    if in_worker:
+        return None, [page] + files, records.digest_in_worker(tests, record.test_ids_hash, with_ops)
+    return None, [page] + files, records.digest(tests, with_ops=with_ops)
 
 
 def write_run_page_in_worker(*args) -> tuple[str | None, list[str], Digest | None]:

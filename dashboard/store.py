@@ -167,9 +167,9 @@ class Index:
     def has_testset(self, digest: str) -> bool:
         return self.db.execute("SELECT 1 FROM testsets WHERE hash=?", (digest,)).fetchone() is not None
 
-    def upsert(self, s: RunSummary) -> Run | None:
-        """Store a summary; returns the row it replaced, if any."""
-        old = self.db.execute(f"SELECT {LIGHT} FROM runs WHERE rel=?", (s.rel,)).fetchone()
+    def upsert(self, s: RunSummary, known: bool = True) -> Run | None:
+        """Store a summary; returns the row it replaced, if any (known=False: the path is new)."""
+        old = self.db.execute(f"SELECT {LIGHT} FROM runs WHERE rel=?", (s.rel,)).fetchone() if known else None
         if old is not None:
             self.db.execute("DELETE FROM runs WHERE id=?", (old["id"],))
         slug = self._free_slug(s.backend, safe_name(s.run_id), s.rel)
@@ -179,9 +179,7 @@ class Index:
             " notable, testset, digested, problems, slug, page) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,0)",
             (s.rel, s.mtime_ns, s.size, s.run_id, s.backend, s.device, s.trigger, s.pr, s.started_at,
              s.finished_at, s.status, s.torch_spec, s.torch_version, s.torch_git, s.command, s.duration_s,
-             s.pass_rate, json.dumps(s.stages, separators=(",", ":")), json.dumps(s.counts),
-             zlib.compress(json.dumps(s.notable, separators=(",", ":")).encode()), s.testset,
-             json.dumps(s.problems), slug))
+             s.pass_rate, s.stages_json, s.counts_json, s.notable_zjson, s.testset, s.problems_json, slug))
         if s.digest is not None:
             self.set_digest(cursor.lastrowid, s.digest)
         return Run(old) if old is not None else None
@@ -191,18 +189,21 @@ class Index:
             self.db.execute("INSERT INTO testsets(hash, ids) VALUES(?, ?)",
                             (d.testset, zlib.compress("\n".join(d.ids).encode())))
         # A digest without a testset (unreadable tests) keeps the one record.json gave.
-        self.db.execute("UPDATE runs SET digested=1, testset=COALESCE(?, testset), ops=?, xfail=? WHERE id=?",
+        # ops None: not worked out (only the coverage page needs them, see ops()); b"": none.
+        self.db.execute("UPDATE runs SET digested=1, testset=COALESCE(?, testset), ops=COALESCE(?, ops), xfail=?"
+                        " WHERE id=?",
                         (d.testset, d.ops, json.dumps(d.xfail) if d.xfail else None, run_id))
 
-    def _digested(self, run_id: int) -> None:
+    def _digested(self, run_id: int, with_ops: bool = False) -> None:
         """Read the run's tests now if no build has needed them yet (see `digester`)."""
-        row = self.db.execute("SELECT rel, digested FROM runs WHERE id=?", (run_id,)).fetchone()
-        if row is None or row["digested"]:
+        row = self.db.execute("SELECT rel, digested, ops IS NULL AND counts != '{}' AS no_ops FROM runs WHERE id=?",
+                              (run_id,)).fetchone()
+        if row is None or (row["digested"] and not (with_ops and row["no_ops"])):
             return
         d = self.digester(row["rel"]) if self.digester else None
         if d is None:
             # Unreadable tests (the builder warned): remembered as read, not retried each build.
-            d = Digest(testset=None, ids=None)
+            d = Digest(testset=None, ids=None, ops=b"")
         self.set_digest(run_id, d)
 
     def _free_slug(self, backend: str, slug: str, rel: str) -> str:
@@ -270,7 +271,7 @@ class Index:
         return json.loads(row[0]) if row and row[0] else {}
 
     def ops(self, run_id: int) -> dict[str, dict[str, list[str]]]:
-        self._digested(run_id)
+        self._digested(run_id, with_ops=True)
         row = self.db.execute("SELECT ops FROM runs WHERE id=?", (run_id,)).fetchone()
         return json.loads(zlib.decompress(row[0])) if row and row[0] else {}
 
@@ -282,7 +283,7 @@ class Index:
         for row in rows:
             if row["counts"] == "{}":  # no tests, so no ops: not worth reading
                 continue
-            self._digested(row["id"])
+            self._digested(row["id"], with_ops=True)
             if self.db.execute("SELECT length(ops) > 0 FROM runs WHERE id=?", (row["id"],)).fetchone()[0]:
                 return Run(row)
         return None

@@ -29,7 +29,8 @@ def write_nights(root: Path, name: str, days, **kw) -> list[RunRecord]:
 
 def build(data: Path, out: Path, **kw) -> site.BuildReport:
     warnings: list[str] = []
-    report = site.build(data, out, warn=warnings.append, jobs=1, **kw)
+    kw.setdefault("jobs", 1)
+    report = site.build(data, out, warn=warnings.append, **kw)
     report.warnings = warnings
     return report
 
@@ -227,7 +228,8 @@ def test_bad_records_are_skipped_with_file_and_field(tmp_path):
     assert proc.stderr.count("ootci: warning: skipped ") == 3 and "Traceback" not in proc.stderr
 
 
-def test_tests_json_is_read_only_for_runs_the_site_shows(tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2], ids=["in-process", "workers"])
+def test_tests_json_is_read_only_for_runs_the_site_shows(tmp_path, jobs):
     data, out = tmp_path / "runs", tmp_path / "site"
     nights = write_nights(data, "tenstorrent", range(0, 35))
     dirs = [data / "tenstorrent" / r.run_id for r in nights]
@@ -242,7 +244,7 @@ def test_tests_json_is_read_only_for_runs_the_site_shows(tmp_path):
     # A tests.json copied from another run is refused, not shown under the wrong run.
     (dirs[33] / "tests.json").write_bytes((dirs[32] / "tests.json").read_bytes())
 
-    report = build(data, out, run_pages=3)
+    report = build(data, out, run_pages=10, jobs=jobs)
     lines = "\n".join(report.warnings)
     assert report.skipped == [] and len(report.warnings) == 2, lines
     assert f"{dirs[34] / 'tests.json'}: field tests.3.outcome" in lines and "exploded" in lines
@@ -265,7 +267,7 @@ def test_tests_json_is_read_only_for_runs_the_site_shows(tmp_path):
     header = json.loads((dirs[20] / "record.json").read_text())
     del header["test_ids_hash"]
     (dirs[20] / "record.json").write_text(json.dumps(header))
-    report = build(data, out, run_pages=3)
+    report = build(data, out, run_pages=10, jobs=jobs)
     assert [w for w in report.warnings if str(dirs[20]) in w] == [
         f"tests not read: {dirs[20] / 'tests.json'}: not valid JSON (truncated?): key must be a string at line 1 column 2"]
 
