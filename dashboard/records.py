@@ -104,6 +104,11 @@ class Digest:
     xfail: dict[str, str] = field(default_factory=dict)  # xfailed/xpassed test id -> reason (message)
 
 
+# What is remembered of a run whose tests could not be read: no ops, and the test set that
+# record.json names (set_digest keeps it), so later pages do not try, and warn, again.
+NO_TESTS = Digest(testset=None, ids=None, ops=b"")
+
+
 @dataclass
 class RunSummary:
     """What the index stores about one run: enough for every page but the run page."""
@@ -170,7 +175,7 @@ def load_tests(record_path: Path, record: RunRecord) -> list[TestRow]:
     """The run's tests as dicts, from tests.json or inline; BadRecord names the file and field."""
     source = record_files.tests_path(record_path, record)
     if source is None:
-        return [t.model_dump(mode="json") for t in record.tests]
+        return _inline_rows(record)
     try:
         doc = _TESTS.validate_json(source.read_bytes())
     except OSError as exc:
@@ -180,6 +185,10 @@ def load_tests(record_path: Path, record: RunRecord) -> list[TestRow]:
     if doc["run_id"] != record.run_id:
         raise BadRecord(f"{source}: field run_id: belongs to run {doc['run_id']!r}, not {record.run_id!r}")
     return doc["tests"]
+
+
+def _inline_rows(record: RunRecord) -> list[TestRow]:
+    return [t.model_dump(mode="json") for t in record.tests]
 
 
 def digest(tests: list[TestRow], seen_testsets: set[str] | None = None, ids_hash: str | None = None,
@@ -221,7 +230,7 @@ def _zip_ops(ops: dict) -> bytes:
 def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | None = None) -> RunSummary:
     if record.tests_file is None:
         # Inline tests (records from before tests.json) or none at all: everything is at hand.
-        rows = [t.model_dump(mode="json") for t in record.tests]
+        rows = _inline_rows(record)
         counts: dict[str, int] = {}
         notable: dict[str, str] = {}
         for t in rows:

@@ -22,8 +22,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from . import analysis, render
-from . import records
+from . import analysis, records, render
 from .records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
 from .store import Index, Run, safe_name
 
@@ -271,7 +270,7 @@ class _Build:
         self.index.set_pages(pages.written)
 
     def _write_other_pages(self, build_id: str, backends: list[str], fresh: dict[str, list[Run]],
-                     wanted: dict[str, list[Run]], cache: dict[str, dict], paged: set[int]) -> None:
+                           wanted: dict[str, list[Run]], cache: dict[str, dict], paged: set[int]) -> None:
         """Backend, PR, index and coverage pages, badges, the API and the assets."""
         full = self.report.full
 
@@ -499,7 +498,8 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
         logs[stage.name] = target.rsplit("/", 1)[1]
     ordered, counts = render.sorted_tests(tests)
     text = render.page("run.html.j2", root="../../", r=record, logs=logs, missing_logs=problems,
-                       total=len(tests), unreadable=unreadable, counts=counts, rows=render.test_rows(ordered), backend_href="../../" + backend_href,
+                       total=len(tests), unreadable=unreadable, counts=counts, rows=render.test_rows(ordered),
+                       backend_href="../../" + backend_href,
                        reproduce=record.command or f"ootci run {record.backend} --torch {record.torch.spec}",
                        generated=render.now_iso())
     page = f"{base}.html"
@@ -507,7 +507,7 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
     (root / page).write_text(text, encoding="utf-8")
     if unreadable:
         # Remembered as a run without tests, so later pages do not try (and warn) again.
-        return f"run page without tests: {unreadable}", [page] + files, Digest(testset=None, ids=None, ops=b"")
+        return f"run page without tests: {unreadable}", [page] + files, records.NO_TESTS
     if in_worker:
         return None, [page] + files, records.digest_in_worker(tests, record.test_ids_hash, with_ops)
     return None, [page] + files, records.digest(tests, with_ops=with_ops)

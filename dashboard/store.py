@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from .records import FAILING, Digest, RunSummary
+from .records import FAILING, NO_TESTS, Digest, RunSummary
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -203,7 +203,7 @@ class Index:
         d = self.digester(row["rel"]) if self.digester else None
         if d is None:
             # Unreadable tests (the builder warned): remembered as read, not retried each build.
-            d = Digest(testset=None, ids=None, ops=b"")
+            d = NO_TESTS
         self.set_digest(run_id, d)
 
     def _free_slug(self, backend: str, slug: str, rel: str) -> str:
