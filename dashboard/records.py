@@ -228,23 +228,15 @@ def _zip_ops(ops: dict) -> bytes:
 
 
 def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | None = None) -> RunSummary:
+    run_digest: Digest | None = None  # tests.json is read later, if a page needs it
     if record.tests_file is None:
-        # Inline tests (records from before tests.json) or none at all: everything is at hand.
-        rows = _inline_rows(record)
-        counts: dict[str, int] = {}
-        notable: dict[str, str] = {}
-        for t in rows:
-            o = t["outcome"]
-            counts[o] = counts.get(o, 0) + 1
-            if o in NOTABLE:
-                notable[t["id"]] = o
-        run_digest: Digest | None = digest(rows, seen_testsets)
-        testset = run_digest.testset
-    else:
-        counts = {o.value: n for o, n in record.test_counts.items()}
-        notable = {t: o.value for t, o in record.notable_tests.items() if o.value in NOTABLE}
-        run_digest = None
-        testset = record.test_ids_hash
+        # Inline tests (records from before tests.json) or none at all: everything is at
+        # hand, and the header record.json would have had is worked out from them.
+        run_digest = digest(_inline_rows(record), seen_testsets)
+        record = record_files.header(record)
+    counts = {o.value: n for o, n in record.test_counts.items()}
+    notable = {t: o.value for t, o in record.notable_tests.items() if o.value in NOTABLE}
+    testset = run_digest.testset if run_digest is not None else record.test_ids_hash
     duration = (record.finished_at - record.started_at).total_seconds() if record.finished_at else \
         sum(s.duration_s for s in record.stages)
     stages = [{
