@@ -250,7 +250,7 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
         backend=record.backend, device=record.device, trigger=record.trigger, pr=record.pr,
         started_at=_iso(record.started_at), finished_at=_iso(record.finished_at) if record.finished_at else None,
         status=record.status.value, torch_spec=record.torch.spec, torch_version=record.torch.version,
-        torch_git=record.torch.git_version, command=record.command, duration_s=round(max(duration, 0.0), 3),
+        torch_git=record.torch.git_version, command=record.reproduce(), duration_s=round(max(duration, 0.0), 3),
         pass_rate=pass_rate(counts), stages_json=_compact(stages), counts_json=_compact(counts),
         notable_zjson=zlib.compress(_compact(notable).encode(), 1), problems_json=_compact(record.problems),
         testset=testset, digest=run_digest,

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from runner import models
+
 from . import analysis, records, render
 from .records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
 from .store import Index, Run, safe_name
@@ -457,10 +459,10 @@ def _run_entry(run: Run, paged: set[int]) -> dict:
 
 
 def reproduce_command(run: Run) -> str:
-    if run.command:
-        return run.command
-    spec = run.torch_spec or "nightly"
-    return f"ootci run {run.backend} --torch {spec}"
+    # Index rows written before records always had a command get one built the same way.
+    return run.command or models.reproduce_command(
+        run.backend, models.TorchInfo(spec=run.torch_spec or "nightly", version=run.torch_version,
+                                      git_version=run.torch_git))
 
 
 def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_href: str, with_ops: bool = True,
@@ -500,7 +502,7 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
     text = render.page("run.html.j2", root="../../", r=record, logs=logs, missing_logs=problems,
                        total=len(tests), unreadable=unreadable, counts=counts, rows=render.test_rows(ordered),
                        backend_href="../../" + backend_href,
-                       reproduce=record.command or f"ootci run {record.backend} --torch {record.torch.spec}",
+                       reproduce=record.reproduce(),
                        generated=render.now_iso())
     page = f"{base}.html"
     _replace(root / page)

@@ -188,13 +188,23 @@ def json_probe(python: Path | str, code: str, *args: str, timeout: float = 120,
     return None, result
 
 
+_TORCH_INFO = (
+    "import importlib.metadata as md, json, os, torch\n"
+    "try:\n    dist = md.version('torch')\nexcept md.PackageNotFoundError:\n    dist = None\n"
+    f"print({JSON_MARKER!r} + json.dumps({{'version': torch.__version__, "
+    "'git_version': getattr(torch.version, 'git_version', None), 'dist_version': dist, "
+    "'location': os.path.dirname(os.path.realpath(torch.__file__))}))"
+)
+
+
 def torch_info(python: Path | str, *, timeout: float = 120) -> dict:
-    """torch.__version__ and git commit of the torch at `python`, without autoload."""
-    code = (
-        f"import json, torch; print({JSON_MARKER!r} + json.dumps({{'version': torch.__version__, "
-        "'git_version': getattr(torch.version, 'git_version', None)}))"
-    )
-    info, result = json_probe(python, code, timeout=timeout,
+    """The torch that `import torch` loads at `python`, without autoload.
+
+    version and git_version are torch's own (torch.__version__, torch.version.git_version);
+    dist_version is what pip sees (2.14.0 where torch says 2.14.0+cu130); location is
+    the directory of the package, so a caller can tell which of two torches it is.
+    """
+    info, result = json_probe(python, _TORCH_INFO, timeout=timeout,
                               env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
     if info is not None:
         return info

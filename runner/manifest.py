@@ -13,6 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ManifestError
@@ -136,6 +137,27 @@ class Manifest(_Strict):
     # Set by the loader, not by the file.
     path: Path | None = Field(default=None, exclude=True)
 
+    @model_validator(mode="after")
+    def _recipe_fits_source(self) -> "Manifest":
+        # pydantic names the failing field from the error's location: raise with the field in it.
+        if self.build.recipe == "pip-wheel" and self.source.kind == "requirement":
+            raise ValueError("build.recipe: 'pip-wheel' builds from sources, but source.requirement names a "
+                             "published package: use recipe = \"prebuilt\" or give source.path or source.git")
+        if self.build.recipe == "command" and not self.build.command:
+            raise ValueError("build.command: recipe = \"command\" needs the command to run")
+        return self
+
+    @property
+    def pinned_torch(self) -> str | None:
+        """The one torch a prebuilt backend runs with (ci.torch, a version), or None when it builds against any."""
+        if self.build.recipe != "prebuilt":
+            return None
+        try:
+            Version(self.ci.torch)
+        except InvalidVersion:
+            return None
+        return self.ci.torch
+
     @field_validator("entry_point")
     @classmethod
     def _entry_point_form(cls, value: str) -> str:
@@ -184,19 +206,26 @@ def _model_at(loc: tuple) -> type[BaseModel]:
     return model
 
 
+_CROSS_FIELD = re.compile(r"^([a-z_]+\.[a-z_]+): (.*)$", re.S)
+
+
 def _describe(exc: ValidationError) -> str:
     errors = exc.errors()
     # A misspelt key also shows up as a missing one; the misspelling is the news.
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     field = _field_path(err["loc"])
     value = err.get("input")
-    message = f"field '{field}': {err['msg']}"
+    text = err["msg"].removeprefix("Value error, ")
+    cross = _CROSS_FIELD.match(text) if not err["loc"] else None
+    if cross:  # a rule over several fields names the one to change first
+        field, text, value = cross.group(1), cross.group(2), None
+    message = f"field '{field}': {text}"
     if err["type"] == "extra_forbidden":
         known = [n for n in _model_at(err["loc"]).model_fields if n != "path"]
         close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
         if close:
             message += f" (did you mean '{close[0]}'?)"
-    elif err["type"] != "missing" and not isinstance(value, dict):
+    elif err["type"] != "missing" and value is not None and not isinstance(value, dict):
         message += f" (got {value!r})"
     if len(errors) > 1:
         message += f"; and {len(errors) - 1} more"

@@ -8,6 +8,7 @@ records written by older versions still load.
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 from enum import Enum
 from typing import Any
 
@@ -111,10 +112,15 @@ class StageResult(_Model):
 
 
 class TorchInfo(_Model):
+    """The torch a run tested: `spec` as given, `version` and `git_version` as the
+    environment under test's own `import torch` reported them."""
+
     spec: str
     version: str | None = None
     git_version: str | None = None
+    dist_version: str | None = Field(default=None, description="the version pip knows it by (2.14.0 for 2.14.0+cu130)")
     source: str | None = Field(default=None, description="wheel file, URL or source checkout")
+    index_url: str | None = Field(default=None, description="package index torch came from, besides pip's default")
 
 
 class RunRecord(_Model):
@@ -156,6 +162,38 @@ class RunRecord(_Model):
 
     def stage(self, name: str) -> StageResult | None:
         return next((s for s in self.stages if s.name == name), None)
+
+    def reproduce(self) -> str:
+        """The command that reproduces this run (records older than `command` get one built)."""
+        return self.command or reproduce_command(self.backend, self.torch)
+
+
+DEFAULT_SUITES = ("smoke", "integration")
+
+
+def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | list[str] = DEFAULT_SUITES) -> str:
+    """`ootci run ...` that tests the same backend against the same torch, on any machine.
+
+    The torch is named as resolved, never as asked for: `nightly` becomes the version
+    that ran (with its index), a wheel path (a runner's temporary file) becomes the
+    version or, for a source build, the commit.
+    """
+    argv = ["ootci", "run", backend]
+    spec = torch.spec
+    local = (torch.dist_version or torch.version or "").partition("+")[2]
+    if spec == "installed":
+        argv += ["--python", torch.source or "PYTHON"]
+    elif torch.git_version and (spec.startswith(("git:", "pr:")) or local.startswith("git")):
+        argv += ["--torch", f"git:{torch.git_version}"]
+    elif torch.dist_version or torch.version:
+        argv += ["--torch", torch.dist_version or torch.version or spec]
+        if torch.index_url:
+            argv += ["--index-url", torch.index_url]
+    else:
+        argv += ["--torch", spec]
+    if tuple(suites) != DEFAULT_SUITES:
+        argv += ["--suites", ",".join(suites) or "none"]
+    return shlex.join(argv)
 
 
 def overall_status(stages: list[StageResult]) -> Status:

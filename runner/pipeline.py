@@ -12,7 +12,6 @@ import datetime as dt
 import os
 import platform
 import secrets
-import shlex
 import signal
 import socket
 import sys
@@ -26,7 +25,7 @@ from . import __version__, procs, record_files
 from .envs import cache_root
 from .errors import OotciError
 from .manifest import Manifest
-from .models import RootCause, RunRecord, StageResult, Status, TorchInfo, overall_status
+from .models import RootCause, RunRecord, StageResult, Status, TorchInfo, overall_status, reproduce_command
 from .stages import STAGES, SUITE_STAGES, RunContext, RunOptions
 
 
@@ -57,13 +56,6 @@ def now() -> dt.datetime:
 
 def new_run_id(backend: str, started: dt.datetime) -> str:
     return f"{backend}-{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-
-
-def reproduce_command(manifest: Manifest, options: RunOptions) -> str:
-    argv = ["ootci", "run", manifest.name, "--torch", options.torch]
-    if options.suites != ("smoke", "integration"):
-        argv += ["--suites", ",".join(options.suites)]
-    return shlex.join(argv)
 
 
 def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | None:
@@ -118,11 +110,13 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
     started = now()
     run_id = new_run_id(manifest.name, started)
     run_dir = options.out / run_id
+    torch = TorchInfo(spec=options.torch, source=str(options.python) if options.python else None)
     record = RunRecord(
         run_id=run_id, backend=manifest.name, device=manifest.device, trigger=options.trigger, pr=options.pr,
-        torch=TorchInfo(spec=options.torch), python=platform.python_version(),
+        torch=torch, python=platform.python_version(),
         platform=f"{sys.platform}-{platform.machine()}", host=socket.gethostname(),
-        ootci_version=__version__, started_at=started, command=reproduce_command(manifest, options),
+        ootci_version=__version__, started_at=started,
+        command=reproduce_command(manifest.name, torch, options.suites),
     )
     writer = RecordWriter(run_dir)
     writer.write(record)
@@ -130,11 +124,14 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
                      cache=options.cache or cache_root(), reporter=reporter)
     reporter.run_started(record, run_dir)
     blocker: str | None = None
+    skipper: str | None = None  # a stage found nothing to test (a prebuilt backend pinned to another torch)
     names = list(STAGES)
     try:
         for i, name in enumerate(names):
             if blocker:
                 result = StageResult(name=name, status=Status.blocked, summary=f"blocked: stage '{blocker}' did not pass")
+            elif skipper:
+                result = StageResult(name=name, status=Status.skipped, summary=skipper)
             elif reason := skip_reason(manifest, options, name):
                 result = StageResult(name=name, status=Status.skipped, summary=reason)
             else:
@@ -154,11 +151,16 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
                 reporter.stage_finished(manifest.name, result)
                 if not result.status.ok:
                     blocker = name
+                elif result.status is Status.skipped and result.data.get("skip_rest"):
+                    skipper = result.summary
+                if name == "torch":
+                    # From here on the record names the torch as resolved, not as asked for.
+                    record.command = reproduce_command(manifest.name, record.torch, options.suites)
             record.stages.append(result)
             writer.write(record)
     finally:
         record.finished_at = now()
-        record.status = overall_status(record.stages)
+        record.status = Status.skipped if skipper and not blocker else overall_status(record.stages)
         writer.write(record)
     reporter.run_finished(record, writer.path)
     return record

@@ -8,9 +8,13 @@ last chain in the output.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from .models import RootCause
 from .procs import ProcResult
+
+if TYPE_CHECKING:
+    from .wheel_metadata import BuildTorch
 
 _CHAIN_LINKS = (
     "The above exception was the direct cause of the following exception:",
@@ -25,8 +29,9 @@ _PIP_SUBPROCESS_ERROR = "error: subprocess-exited-with-error"
 HINTS: list[tuple[re.Pattern, str]] = [
     (re.compile(r"lib[\w+.-]*\.so[\w.]*: cannot open shared object file"),
      "a shared library is missing: the vendor runtime is not installed on this machine"),
+    # Which torch the extension was built against decides the rest: see undefined_symbol_hint.
     (re.compile(r"undefined symbol"),
-     "the backend was built against a different torch: rebuild it against the torch under test"),
+     "an undefined symbol: a native library does not match the libraries it was loaded with"),
     (re.compile(r"No module named 'torch'"), "torch is not installed in the environment under test"),
     (re.compile(r"No module named"), "a module is missing: check the package and its dependencies"),
     (re.compile(r"partially initialized module|circular import"),
@@ -57,6 +62,23 @@ def hint_for(text: str) -> str | None:
         if pattern.search(text):
             return hint
     return None
+
+
+def undefined_symbol_hint(build: "BuildTorch | None", version: str | None, git_version: str | None) -> str:
+    """The hint for an undefined symbol, given the torch the extension was built against
+    (None: not recorded) and the torch under test. Says 'built against a different
+    torch' only when that is known to be true."""
+    under = f"{version} ({git_version[:12]})" if version and git_version else (version or "unknown")
+    if build is None:
+        return (f"an undefined symbol, and nothing records which torch the backend was built against: if it was "
+                f"not torch {under}, rebuild it against the torch under test; if it was, a library it needs is "
+                f"missing the symbol")
+    if version is None or not build.matches(version, git_version):
+        return (f"the backend was built against torch {build.describe()} ({build.how}), but the torch under test "
+                f"is {under}: rebuild it against the torch under test")
+    return (f"the backend was built against this very torch ({build.describe()}, {build.how}): the symbol is "
+            f"missing from torch's exported API or from a library the backend should link; check its link "
+            f"flags and its C++ ABI (_GLIBCXX_USE_CXX11_ABI)")
 
 
 def _indent(line: str) -> int:

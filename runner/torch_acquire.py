@@ -38,6 +38,8 @@ class TorchPlan:
     commit: str | None = None
     wheel: Path | None = None
     commands: list[dict] = field(default_factory=list)
+    index_url: str | None = None
+    """the package index torch (and its own dependencies) came from, besides pip's default"""
 
     @property
     def needs_install(self) -> bool:
@@ -55,6 +57,7 @@ class TorchPlan:
             "wheel": str(self.wheel) if self.wheel else None,
             "steps": self.steps,
             "commands": self.commands,
+            "index_url": self.index_url,
         }
 
 
@@ -107,7 +110,7 @@ def _version(spec: TorchSpec, extra_index: str | None) -> TorchPlan:
     # with anything else that installs exactly that.
     key = " ".join(args)
     return TorchPlan(spec, args, key, f"torch=={spec.value}", [f"pip install {' '.join(args)}"],
-                     version=spec.value)
+                     version=spec.value, index_url=extra_index)
 
 
 def _wheel_file(spec: TorchSpec, python: str | os.PathLike | None) -> TorchPlan:
@@ -148,7 +151,7 @@ def _nightly(spec: TorchSpec, index_url: str | None, python: str | os.PathLike |
         downloads.fetch(found.url, dest, sha256=found.sha256)
     # The index also serves torch's own dependencies that PyPI lacks (e.g. pytorch-triton).
     return TorchPlan(spec, ["--extra-index-url", index, str(dest)], found.filename, found.url, steps,
-                     version=str(found.version), wheel=dest)
+                     version=str(found.version), wheel=dest, index_url=index)
 
 
 def _source(spec: TorchSpec, repo: str | None, python: str | os.PathLike | None, cache: Path, jobs: int | None,

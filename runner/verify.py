@@ -26,10 +26,11 @@ from typing import Callable
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, Field
 
-from . import procs, rootcause
+from . import envs, procs, rootcause
 from .errors import EnvironmentError_
 from .manifest import Manifest
 from .models import CheckResult, RootCause, Status
+from .wheel_metadata import BuildTorch, WheelMetadata
 
 PROBES = Path(__file__).resolve().parent / "probes"
 MARKER = "@@OOTCI-PROBE"
@@ -228,8 +229,15 @@ def verify(
     runs: int = DEFAULT_RUNS,
     jobs: int = 2,
     log: Path | None = None,
+    build_torch: BuildTorch | None = None,
+    torch_under_test: tuple[str, str | None] | None = None,
 ) -> Verification:
     """Verify `manifest`'s backend, or every installed torch.backends entry point, at `python`.
+
+    build_torch: the torch the backend was compiled against, when the caller knows it
+    (the build stage); otherwise what the installed distribution's metadata records.
+    torch_under_test: (torch.__version__, git_version); asked of `python` when needed.
+    Both only decide the hint for an undefined symbol.
 
     Raises EnvironmentError_ when `python` is not an interpreter or has no torch.
     """
@@ -244,10 +252,37 @@ def verify(
                             checks=[check], duration_s=time.monotonic() - started)
     work = _Verifier(runner, inventory, targets, runs=max(1, runs), jobs=max(1, jobs))
     checks = work.run()
+    _explain_undefined_symbols(runner.python, checks, targets, build_torch, torch_under_test)
     status, cause = _overall(checks)
     return Verification(status=status, root_cause=cause, python=str(runner.python),
                         torch_version=inventory.get("torch_version"), backends=[t.ep_name for t in targets],
                         checks=checks, duration_s=round(time.monotonic() - started, 3))
+
+
+def _explain_undefined_symbols(python: Path, checks: list[CheckResult], targets: list[Target],
+                               build: BuildTorch | None, under_test: tuple[str, str | None] | None) -> None:
+    causes = [c.root_cause for c in checks if c.root_cause and "undefined symbol" in c.root_cause.summary]
+    if not causes:
+        return
+    if build is None:
+        build = next((b for b in map(_recorded_build_torch, targets) if b is not None), None)
+    if under_test is None:
+        try:
+            info = envs.torch_info(python, timeout=60)
+            under_test = (info["version"], info.get("git_version"))
+        except EnvironmentError_:
+            under_test = (None, None)
+    hint = rootcause.undefined_symbol_hint(build, *under_test)
+    for cause in causes:
+        cause.hint = hint
+
+
+def _recorded_build_torch(target: Target) -> BuildTorch | None:
+    found = target.installed or {}
+    if not found.get("distribution"):
+        return None
+    return WheelMetadata(name=found["distribution"], version=found.get("version") or "",
+                         requires=found.get("requires") or [], torch_build=found.get("torch_build")).build_torch()
 
 
 def _overall(checks: list[CheckResult]) -> tuple[Status, RootCause | None]:

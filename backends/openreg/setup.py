@@ -10,12 +10,20 @@ unit. So by default every folder of csrc/ is compiled as one "unity"
 translation unit (generated under build/, two in total, one per core);
 OPENREG_UNITY=0 compiles file by file instead, which suits incremental
 development with ccache.
+
+The wheel's metadata records the torch it was compiled against, in
+torch_openreg-*.dist-info/torch_build.json: the C++ ABI is that torch's, so
+a tool that finds the wheel failing with an undefined symbol can tell a torch
+mismatch from a bug of the backend.
 """
 
 import glob
+import json
 import os
 
+import torch
 from setuptools import setup
+from setuptools.command.egg_info import egg_info
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,6 +53,19 @@ def unity_sources():
     return sources
 
 
+TORCH_BUILD_FILE = "torch_build.json"
+
+
+class egg_info_with_torch_build(egg_info):
+    """egg_info that also writes torch_build.json; bdist_wheel copies it into .dist-info."""
+
+    def run(self):
+        super().run()
+        build = {"version": torch.__version__, "git_version": getattr(torch.version, "git_version", None)}
+        self.write_file("torch build", os.path.join(self.egg_info, TORCH_BUILD_FILE),
+                        json.dumps(build, sort_keys=True) + "\n")
+
+
 def sources():
     if os.environ.get("OPENREG_UNITY", "1") == "0":
         return [src for part in PARTS for src in part_sources(part)]
@@ -62,5 +83,5 @@ setup(
             extra_compile_args=["-O2", "-g0", "-fvisibility=hidden"],
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "egg_info": egg_info_with_torch_build},
 )

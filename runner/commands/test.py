@@ -43,6 +43,8 @@ class _Reporter:
 
 def cmd_test(args: argparse.Namespace) -> int:
     manifest = registry.resolve(args.backend)
+    # Resolved once, here: the suites run in other working directories.
+    args.out = args.out.absolute()
     python = args.python if args.python.is_absolute() else Path.cwd() / args.python
     if not python.exists():
         raise EnvironmentError_(f"--python {args.python}: no such interpreter")
@@ -56,7 +58,8 @@ def cmd_test(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.timezone.utc)
     record = RunRecord(
         run_id=f"test-{manifest.name}-{now:%Y%m%dT%H%M%S}", backend=manifest.name, device=manifest.device,
-        torch=TorchInfo(spec="installed", version=info.get("version"), git_version=info.get("git_version")),
+        torch=TorchInfo(spec="installed", version=info.get("version"), git_version=info.get("git_version"),
+                        dist_version=info.get("dist_version"), source=str(python)),
         python=str(python), started_at=now,
         command=" ".join(["ootci", "test", "--python", str(python), "--backend", args.backend, "--suite", args.suite]),
     )

@@ -11,6 +11,7 @@ import ast
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import json
 import os
 import sys
 
@@ -137,6 +138,9 @@ def describe(ep) -> dict:
         "attr": attr,
         "distribution": dist.metadata["Name"] if dist is not None else None,
         "version": dist.version if dist is not None else None,
+        # What the distribution says of the torch it was built against (runner/wheel_metadata.py reads it).
+        "requires": list(dist.requires or []) if dist is not None else [],
+        "torch_build": torch_build(dist),
     }
     try:
         spec = find_module(module)
@@ -149,6 +153,17 @@ def describe(ep) -> dict:
         entry["locations"] = list(spec.submodule_search_locations or [])
         entry["attr_status"], entry["attr_how"] = attribute_status(spec, attr) if attr else ("missing", "no attribute")
     return entry
+
+
+def torch_build(dist):
+    """The distribution's torch_build.json ({"version", "git_version"}), or None."""
+    if dist is None:
+        return None
+    try:
+        text = dist.read_text("torch_build.json")
+        return json.loads(text) if text else None
+    except (OSError, ValueError):
+        return None
 
 
 def distributions() -> dict[str, str]:

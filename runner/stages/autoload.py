@@ -18,8 +18,11 @@ def run(ctx: RunContext) -> StageResult:
     # One probe may take at most the whole stage's budget, and never more than the default.
     timeout = min(DEFAULT_TIMEOUT, ctx.manifest.timeouts.autoload)
     try:
+        under_test = ctx.torch_under_test
         result = verify(ctx.python, ctx.manifest, timeout=timeout, runs=DEFAULT_RUNS,
-                        jobs=max(1, min(ctx.options.jobs or 2, 4)), log=ctx.log_path(NAME))
+                        jobs=max(1, min(ctx.options.jobs or 2, 4)), log=ctx.log_path(NAME),
+                        build_torch=ctx.build_torch,
+                        torch_under_test=(under_test.version, under_test.git_version) if under_test else None)
     except EnvironmentError_ as exc:  # no interpreter or no torch: nothing to probe
         cause = RootCause(kind="error", summary=exc.message, hint="the environment under test is not usable")
         return StageResult(name=NAME, status=Status.failed, summary=exc.message, root_cause=cause)

@@ -17,6 +17,8 @@ from .. import procs, rootcause
 from ..envs import Env
 from ..manifest import Manifest
 from ..models import RootCause, RunRecord, StageResult, Status
+from ..torch_pin import TorchUnderTest
+from ..wheel_metadata import BuildTorch
 
 
 @dataclass
@@ -48,6 +50,12 @@ class RunContext:
     wheels: list[Path] = field(default_factory=list)
     source_dir: Path | None = None  # the backend's sources (a git checkout lives in the cache)
     torch_install_args: list[str] = field(default_factory=list)
+    torch_under_test: TorchUnderTest | None = None
+    """what `import torch` must load in the environment under test (set by the torch stage)"""
+    constraint: Path | None = None
+    """pip constraint file pinning torch to the torch under test"""
+    build_torch: BuildTorch | None = None
+    """the torch the backend's wheel was compiled against, when known (set by the build stage)"""
 
     @property
     def python(self) -> Path:
@@ -57,6 +65,14 @@ class RunContext:
         if self.options.python is not None:
             return self.options.python
         raise RuntimeError("no environment under test yet")
+
+    def pip_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment for a command that may run pip in the environment under test:
+        PIP_CONSTRAINT pins torch (added to any constraint the user already set)."""
+        env = dict(os.environ if base is None else base)
+        if self.constraint is not None:
+            env["PIP_CONSTRAINT"] = " ".join(p for p in (env.get("PIP_CONSTRAINT", ""), str(self.constraint)) if p)
+        return env
 
     def log_path(self, stage: str | None = None) -> Path:
         logs = self.run_dir / "logs"

@@ -2,6 +2,12 @@
 
 The cache key is the torch (version and commit) plus a hash of the backend's
 sources and build recipe: an unchanged backend is not rebuilt.
+
+The stage also says which torch the wheel was compiled against (`build_torch` in
+its data): what the wheel's metadata records, or else, for a wheel ootci built,
+the torch under test. A prebuilt wheel that requires another torch than the one
+under test is not installed at all: the run is skipped, saying which torch it is
+pinned to.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from .. import envs, procs, sources
+from packaging.utils import canonicalize_name
+
+from .. import envs, procs, sources, torch_pin, wheel_metadata
 from ..models import Status, StageResult
 from .base import RunContext, config_failure, proc_failure
 
@@ -51,7 +59,7 @@ def _build_env(ctx: RunContext, python: Path, wheel_dir: Path) -> dict[str, str]
     env["OOTCI_PYTHON"] = str(python)
     env.setdefault("MAX_JOBS", str(ctx.options.jobs or os.cpu_count() or 2))
     with_ccache(env, ctx.cache)
-    return env
+    return ctx.pip_env(env)
 
 
 def run(ctx: RunContext) -> StageResult:
@@ -79,18 +87,54 @@ def run(ctx: RunContext) -> StageResult:
     # the second finds the first one's wheels.
     with FileLock(os.fspath(wheel_dir) + ".lock"):
         cached = sorted(wheel_dir.glob("*.whl"))
-        if cached:
-            ctx.wheels = cached
-            return StageResult(name=NAME, status=Status.passed,
-                               summary=f"cached: {', '.join(w.name for w in cached)}",
-                               data={"cache_hit": True, "wheels": [str(w) for w in cached], "source": source_id})
-        failure = _build_into(ctx, wheel_dir, source_dir)
-        if failure is not None:
-            return failure
+        if not cached:
+            failure = _build_into(ctx, wheel_dir, source_dir)
+            if failure is not None:
+                return failure
     ctx.wheels = sorted(wheel_dir.glob("*.whl"))
-    return StageResult(name=NAME, status=Status.passed,
-                       summary=f"built {', '.join(w.name for w in ctx.wheels)}",
-                       data={"cache_hit": False, "wheels": [str(w) for w in ctx.wheels], "source": source_id})
+    data = {"cache_hit": bool(cached), "wheels": [str(w) for w in ctx.wheels], "source": source_id}
+    main = _main_wheel(ctx)
+    meta = _metadata(main)
+    if m.build.recipe == "prebuilt" and meta is not None and ctx.torch_under_test is not None:
+        pinned = torch_pin.pinned_elsewhere(meta, ctx.torch_under_test)
+        if pinned:
+            # Installing it would need a second torch: nothing to learn about the torch under test.
+            return StageResult(name=NAME, status=Status.skipped, summary=pinned, data={**data, "skip_rest": True})
+    ctx.build_torch = _build_torch(ctx, meta)
+    if ctx.build_torch is not None:
+        data["build_torch"] = ctx.build_torch.to_json()
+    how = "cached" if cached else "built"
+    return StageResult(name=NAME, status=Status.passed, summary=f"{how} {', '.join(w.name for w in ctx.wheels)}",
+                       data=data)
+
+
+def _main_wheel(ctx: RunContext) -> Path | None:
+    """The wheel of the manifest's distribution (a build may leave helper wheels beside it)."""
+    want = canonicalize_name(ctx.manifest.distribution)
+    for wheel in ctx.wheels:
+        if canonicalize_name(wheel.name.split("-", 1)[0]) == want:
+            return wheel
+    return ctx.wheels[0] if ctx.wheels else None
+
+
+def _metadata(wheel: Path | None) -> wheel_metadata.WheelMetadata | None:
+    if wheel is None:
+        return None
+    try:
+        return wheel_metadata.read(wheel)
+    except wheel_metadata.BadWheel:
+        return None  # the install stage says what is wrong with it
+
+
+def _build_torch(ctx: RunContext, meta: wheel_metadata.WheelMetadata | None) -> wheel_metadata.BuildTorch | None:
+    recorded = meta.build_torch() if meta is not None else None
+    if recorded is not None or ctx.manifest.build.recipe == "prebuilt":
+        return recorded
+    torch = ctx.record.torch
+    if not torch.version:
+        return None
+    # ootci compiled it in the torch layer: against the torch under test, by construction.
+    return wheel_metadata.BuildTorch(torch.version, torch.git_version, "built by ootci against the torch under test")
 
 
 def _builder_with_requirements(ctx: RunContext, env: dict[str, str]) -> tuple[envs.Env, StageResult | None]:
@@ -102,12 +146,16 @@ def _builder_with_requirements(ctx: RunContext, env: dict[str, str]) -> tuple[en
         if builder.is_ready():
             return builder, None
         envs.layered_env(ctx.torch_env, root)
-        result = procs.run(envs.pip_argv(builder, "install", *m.build.extra_requirements),
+        result = procs.run(envs.pip_argv(builder, "install", *_constrained(ctx), *m.build.extra_requirements),
                            timeout=m.timeouts.install, log=ctx.log_path(), env=env)
         if not result.ok:
             return builder, proc_failure(NAME, result, "installing build requirements")
         envs.mark_ready(builder, {"requirements": m.build.extra_requirements})
     return builder, None
+
+
+def _constrained(ctx: RunContext) -> list[str]:
+    return ["-c", str(ctx.constraint)] if ctx.constraint is not None else []
 
 
 def _build_into(ctx: RunContext, wheel_dir: Path, source_dir: Path | None) -> StageResult | None:

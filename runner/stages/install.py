@@ -1,15 +1,22 @@
 """Stage `install`: the environment under test, with torch and the backend in it.
 
 A fresh venv layered over the torch layer, reused while torch and the wheels are
-unchanged. With --python the user's own environment is used as it is.
+unchanged. With --python the user's own environment is used, and its torch is
+left as it is. Either way pip runs with the torch under test pinned, the stage
+says what it installed, and it ends by proving that `import torch` there is still
+the torch under test (runner/torch_pin.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import tempfile
+from pathlib import Path
 
-from .. import envs, procs
-from ..models import Status, StageResult
+from .. import envs, procs, torch_pin, wheel_metadata
+from ..errors import OotciError
+from ..models import RootCause, Status, StageResult
 from .base import RunContext, config_failure, proc_failure
 
 NAME = "install"
@@ -32,6 +39,7 @@ def _installed_version(python, distribution: str) -> str | None:
 
 def run(ctx: RunContext) -> StageResult:
     m = ctx.manifest
+    under_test = ctx.torch_under_test
     reused = False
     if ctx.options.python is None:
         assert ctx.torch_env is not None
@@ -43,23 +51,96 @@ def run(ctx: RunContext) -> StageResult:
     else:
         target = None
     python = ctx.python
+    installed: list[str] = []
     if not reused:
-        pip = procs.python_argv(python, "-m", "pip", "--disable-pip-version-check", "--no-input", "install")
+        if under_test is not None:
+            for wheel in ctx.wheels:
+                failure = _wheel_refused(wheel, under_test)
+                if failure is not None:
+                    return failure
+        pip = [*procs.python_argv(python, "-m", "pip", "--disable-pip-version-check", "--no-input", "install"),
+               *(["-c", str(ctx.constraint)] if ctx.constraint is not None else [])]
         if m.build.extra_requirements:
-            result = ctx.run([*pip, *m.build.extra_requirements], timeout=m.timeouts.install)
+            result = _pip(ctx, pip, m.build.extra_requirements, installed)
             if not result.ok:
-                return proc_failure(NAME, result, "installing the backend's requirements")
+                return _pip_failure(result, under_test, "installing the backend's requirements")
         flags = ["--no-deps"] if m.build.no_deps else []
-        result = ctx.run([*pip, "--no-build-isolation", *flags, *map(str, ctx.wheels)], timeout=m.timeouts.install)
+        result = _pip(ctx, pip, ["--no-build-isolation", *flags, *map(str, ctx.wheels)], installed)
         if not result.ok:
-            return proc_failure(NAME, result, "installing the backend")
-        if target is not None:
-            envs.mark_ready(target, {"backend": m.name, "wheels": [w.name for w in ctx.wheels]})
+            return _pip_failure(result, under_test, "installing the backend")
+    if under_test is not None:
+        failure = _check_torch(python, under_test)
+        if failure is not None:
+            return failure
+    if target is not None and not reused:
+        envs.mark_ready(target, {"backend": m.name, "wheels": [w.name for w in ctx.wheels], "installed": installed})
     version = _installed_version(python, m.distribution)
     if version is None:
         message = f"{m.distribution} is not installed in {python} after the install (check 'distribution' in the manifest)"
         return config_failure(NAME, message)
-    how = "reused environment" if reused else "installed"
-    return StageResult(name=NAME, status=Status.passed,
-                       summary=f"{m.distribution} {version} {how} in {python.parent.parent}",
-                       data={"python": str(python), "version": version, "reused": reused})
+    where = python.parent.parent
+    if reused:
+        summary = f"{m.distribution} {version} reused environment {where}"
+    else:
+        summary = f"installed {', '.join(installed) or m.distribution + ' ' + version} in {where}"
+    return StageResult(name=NAME, status=Status.passed, summary=summary,
+                       data={"python": str(python), "version": version, "reused": reused, "installed": installed,
+                             **({"torch_location": under_test.location} if under_test else {})})
+
+
+def _wheel_refused(wheel, under_test: torch_pin.TorchUnderTest) -> StageResult | None:
+    """A wheel whose own requirements exclude the torch under test is not handed to pip."""
+    try:
+        meta = wheel_metadata.read(wheel)
+    except wheel_metadata.BadWheel as exc:
+        return config_failure(NAME, f"not a readable wheel: {exc}")
+    conflict = torch_pin.wheel_conflict(meta, under_test)
+    return _pin_failure(conflict, meta.name) if conflict else None
+
+
+def _pin_failure(message: str, culprit: str | None) -> StageResult:
+    return StageResult(name=NAME, status=Status.failed, summary=message,
+                       root_cause=RootCause(kind="error", summary=message, hint=torch_pin.PIN_HINT, culprit=culprit))
+
+
+def _pip(ctx: RunContext, pip: list[str], args: list[str], installed: list[str]) -> procs.ProcResult:
+    """One pip install; what it installed ('name version') is added to `installed`."""
+    with tempfile.TemporaryDirectory(prefix="ootci-pip-report-") as tmp:
+        report = Path(tmp) / "report.json"
+        result = ctx.run([*pip, "--report", str(report), *args], timeout=ctx.manifest.timeouts.install,
+                         env=ctx.pip_env())
+        if not result.ok and "no such option: --report" in result.output_tail:  # pip older than 22.2
+            return ctx.run([*pip, *args], timeout=ctx.manifest.timeouts.install, env=ctx.pip_env())
+        if result.ok and report.is_file():
+            installed.extend(_report_items(report))
+    return result
+
+
+def _report_items(report: Path) -> list[str]:
+    try:
+        data = json.loads(report.read_text())
+        return [f"{item['metadata']['name']} {item['metadata']['version']}" for item in data.get("install", [])]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _pip_failure(result: procs.ProcResult, under_test: torch_pin.TorchUnderTest | None, what: str) -> StageResult:
+    conflict = torch_pin.pip_conflict(result.output_tail, under_test) if under_test is not None else None
+    if conflict:
+        return _pin_failure(conflict, conflict.split(" ", 1)[0])
+    return proc_failure(NAME, result, what)
+
+
+def _check_torch(python, under_test: torch_pin.TorchUnderTest) -> StageResult | None:
+    """After the install: `import torch` in the environment must still be the torch under test."""
+    try:
+        actual = torch_pin.TorchUnderTest.from_info(envs.torch_info(python))
+    except OotciError as exc:
+        return StageResult(name=NAME, status=Status.failed, summary=exc.message,
+                           root_cause=RootCause(kind="error", summary=exc.message, hint=torch_pin.SHADOW_HINT))
+    problem = torch_pin.resolution_problem(under_test, actual)
+    if problem is None:
+        return None
+    return StageResult(name=NAME, status=Status.failed, summary=problem,
+                       root_cause=RootCause(kind="error", summary=problem, hint=torch_pin.SHADOW_HINT, culprit="torch"),
+                       data={"expected_torch": under_test.location, "actual_torch": actual.location})

@@ -1,8 +1,13 @@
-"""Stage `torch`: get the torch under test into a cached torch layer, or use --python's."""
+"""Stage `torch`: get the torch under test into a cached torch layer, or use --python's.
+
+It also fixes what the rest of the run may not change: the torch under test as its
+interpreter reports it (version, commit, directory), and the pip constraint that
+pins it (runner/torch_pin.py).
+"""
 
 from __future__ import annotations
 
-from .. import envs, torch_acquire, torchspec
+from .. import envs, torch_acquire, torch_pin, torchspec
 from ..models import Status, StageResult, TorchInfo
 from ..torch_source import TorchBuildError
 from .base import RunContext, config_failure
@@ -21,19 +26,28 @@ def run(ctx: RunContext) -> StageResult:
         return StageResult(name=NAME, status=Status.failed, summary=exc.message, root_cause=exc.cause)
     if not plan.needs_install:
         python = ctx.python
-        info = envs.torch_info(python)
+        info = _under_test(ctx, python)
         ctx.record.torch = TorchInfo(spec=spec.raw, source=str(python), **info)
-        return StageResult(name=NAME, status=Status.passed, summary=f"torch {info['version']} already in {python}")
+        return StageResult(name=NAME, status=Status.passed, summary=f"torch {info['version']} already in {python}",
+                           data={"location": info["location"]})
     ctx.torch_install_args = plan.install_args
     layer, reused = envs.torch_layer(plan.install_args, plan.key, log=ctx.log_path(),
                                      timeout=ctx.manifest.timeouts.torch, cache=ctx.cache)
     ctx.torch_env = layer
-    info = envs.torch_info(layer.python)
-    ctx.record.torch = TorchInfo(spec=spec.raw, source=plan.source, **info)
+    info = _under_test(ctx, layer.python)
+    ctx.record.torch = TorchInfo(spec=spec.raw, source=plan.source, index_url=plan.index_url, **info)
     if plan.commit and info.get("git_version") != plan.commit:
         return config_failure(NAME, f"the torch installed reports commit {info.get('git_version')}, "
                                     f"but {spec.raw} is {plan.commit}")
     how = "reused cached layer" if reused else "installed"
     commit = (info.get("git_version") or "")[:12]
     return StageResult(name=NAME, status=Status.passed, summary=f"torch {info['version']} ({commit}) {how}",
-                       data={"layer": str(layer.root), "reused": reused, "key": plan.key})
+                       data={"layer": str(layer.root), "reused": reused, "key": plan.key,
+                             "location": info["location"]})
+
+
+def _under_test(ctx: RunContext, python) -> dict:
+    info = envs.torch_info(python)
+    ctx.torch_under_test = torch_pin.TorchUnderTest.from_info(info)
+    ctx.constraint = torch_pin.write_constraint(ctx.run_dir, ctx.torch_under_test)
+    return info

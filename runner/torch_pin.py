@@ -1,0 +1,119 @@
+"""The torch under test is untouchable.
+
+A run tests exactly one torch: the torch layer's, or with `--python` the one
+already in that environment. Three things keep it so:
+
+- every pip call in the environment under test runs with a constraint file that
+  pins torch to the exact version it has (`-c` on ootci's own pip calls,
+  `PIP_CONSTRAINT` for the commands of a build recipe or a vendor suite), so pip
+  fails instead of installing a second torch in front of it;
+- a backend whose requirements exclude that torch is refused with its own root
+  cause, read from its wheel's metadata (`wheel_conflict`) or from pip's resolver
+  report for a dependency further down (`pip_conflict`);
+- after the install, `resolution_problem` compares what `import torch` resolves
+  to in the environment with the torch under test: directory, version and commit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .wheel_metadata import WheelMetadata, exact_pin
+
+CONSTRAINT_NAME = "torch-constraint.txt"
+
+PIN_HINT = ("the backend requires another torch than the one under test: relax its torch requirement "
+            "(for example torch>=2.13, recording the build torch in its metadata instead) "
+            "or run it against the torch it requires")
+SHADOW_HINT = ("something installed a second torch into the environment under test: find the package that "
+               "requires it (pip's log in this stage) and relax its torch requirement")
+
+
+@dataclass(frozen=True)
+class TorchUnderTest:
+    """The torch a run tests, as the environment's own interpreter reports it."""
+
+    version: str
+    """torch.__version__, e.g. 2.14.0+cu130"""
+    dist_version: str
+    """the version pip sees (the distribution's metadata), e.g. 2.14.0"""
+    git_version: str | None
+    location: str
+    """the directory of the torch package that `import torch` loads"""
+
+    @classmethod
+    def from_info(cls, info: dict) -> "TorchUnderTest":
+        return cls(version=info["version"], dist_version=info.get("dist_version") or info["version"],
+                   git_version=info.get("git_version"), location=info.get("location") or "")
+
+    @property
+    def constraint(self) -> str:
+        return f"torch=={self.dist_version}"
+
+    def describe(self) -> str:
+        commit = f", commit {self.git_version[:12]}" if self.git_version else ""
+        return f"torch {self.version}{commit} at {self.location}"
+
+
+def write_constraint(directory: Path, under_test: TorchUnderTest) -> Path:
+    """The constraint file for pip, written atomically into directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / CONSTRAINT_NAME
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(f"# the torch under test: {under_test.describe()}\n{under_test.constraint}\n")
+    os.replace(tmp, path)
+    return path
+
+
+def wheel_conflict(meta: WheelMetadata, under_test: TorchUnderTest) -> str | None:
+    """'torch_openreg 0.1.0 requires torch==2.13.0; the torch under test is 2.14.0+cu130', or None."""
+    for req in meta.torch_requirements():
+        if not req.specifier.contains(under_test.dist_version, prereleases=True):
+            return f"{meta.name} {meta.version} requires {req}; the torch under test is {under_test.version}"
+    return None
+
+
+def pinned_elsewhere(meta: WheelMetadata, under_test: TorchUnderTest) -> str | None:
+    """For a prebuilt backend: 'pinned to torch 2.13.0, torch under test is 2.14.0+cu130', or None."""
+    for req in meta.torch_requirements():
+        if not req.specifier.contains(under_test.dist_version, prereleases=True):
+            pinned = exact_pin(req) or str(req.specifier)
+            return f"pinned to torch {pinned}, torch under test is {under_test.version}"
+    return None
+
+
+# pip's resolver, when a requirement and the constraint cannot both hold:
+#   The conflict is caused by:
+#       torch-openreg 0.1.0 depends on torch==2.13.0
+#       The user requested (constraint) torch==2.14.0
+_DEPENDS_ON_TORCH = re.compile(r"^\s*(\S+) (\S+) depends on (torch(?![\w.-])[^\n]*?)\s*$", re.M)
+
+
+def pip_conflict(output: str, under_test: TorchUnderTest) -> str | None:
+    """The requirement that made pip refuse the pinned torch, in the words of wheel_conflict."""
+    if "(constraint) torch" not in output and "conflicting dependencies" not in output:
+        return None
+    m = _DEPENDS_ON_TORCH.search(output)
+    if not m:
+        return None
+    name, version, requirement = m.groups()
+    return f"{name} {version} requires {requirement}; the torch under test is {under_test.version}"
+
+
+def resolution_problem(expected: TorchUnderTest, actual: TorchUnderTest) -> str | None:
+    """Why the environment's `import torch` is not the torch under test, or None."""
+    same_place = _same_path(expected.location, actual.location)
+    if same_place and actual.version == expected.version and actual.git_version == expected.git_version:
+        return None
+    return (f"import torch in the environment under test loads {actual.describe()}, "
+            f"not the torch under test, {expected.describe()}")
+
+
+def _same_path(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return a == b
