@@ -3,7 +3,8 @@
 A manifest's `expected_failures` entries name a test id exactly, or an fnmatch
 pattern of ids; a pattern may start with `<suite>::` to apply to one suite only. An
 id is compared for equality first, because pytest ids contain `[...]`, which fnmatch
-reads as a character class.
+reads as a character class. An entry with `torch = "<2.15"` applies only to the torch
+versions it names; for any other torch it does not exist.
 """
 
 from __future__ import annotations
@@ -24,8 +25,14 @@ def matches(entry: ExpectedFailure, suite: str, test_id: str) -> bool:
     return False
 
 
-def expected_failure(manifest: Manifest, suite: str, test_id: str) -> ExpectedFailure | None:
-    return next((e for e in manifest.expected_failures if matches(e, suite, test_id)), None)
+def expected_failures(manifest: Manifest, torch_version: str | None) -> list[ExpectedFailure]:
+    """The manifest's entries that hold for this torch (all of them when it is unknown)."""
+    return [e for e in manifest.expected_failures if e.applies_to(torch_version)]
+
+
+def expected_failure(manifest: Manifest, suite: str, test_id: str,
+                     torch_version: str | None = None) -> ExpectedFailure | None:
+    return next((e for e in expected_failures(manifest, torch_version) if matches(e, suite, test_id)), None)
 
 
 def _reason(entry: ExpectedFailure) -> str:
@@ -46,11 +53,14 @@ def apply_expected(result: TestResult, entry: ExpectedFailure | None) -> TestRes
     return result
 
 
-def unmatched_expected_failures(manifest: Manifest, results: list[TestResult], suites: list[str]) -> list[str]:
-    """A problem line for each expected-failure entry that matched no test of these suites."""
+def unmatched_expected_failures(manifest: Manifest, results: list[TestResult], suites: list[str],
+                                torch_version: str | None = None) -> list[str]:
+    """A problem line for each expected-failure entry (for this torch) that matched no test of these suites."""
     problems = []
     suite_names = {"smoke", "integration", *(v.name for v in manifest.suites.vendor)}
     for index, entry in enumerate(manifest.expected_failures):
+        if not entry.applies_to(torch_version):
+            continue
         scope = entry.test.split("::", 1)[0]
         if scope in suite_names and scope not in suites:
             continue  # an entry for a suite that did not run this time

@@ -13,6 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -102,6 +103,27 @@ class ExpectedFailure(_Strict):
     test: str = Field(description="test id, or an fnmatch pattern of test ids")
     reason: str
     link: str = Field(default="", description="tracking issue")
+    torch: str = Field(default="", description="torch versions it applies to, as a PEP 440 specifier "
+                       "(e.g. '<2.15' or '>=2.14,<2.16'); empty for every torch")
+
+    @field_validator("torch")
+    @classmethod
+    def _specifier(cls, value: str) -> str:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise ValueError("expected a version specifier such as '<2.15' or '>=2.14,<2.16'") from None
+        return value
+
+    def applies_to(self, torch_version: str | None) -> bool:
+        """Does the entry hold for the torch under test (its public version: 2.14.0 for 2.14.0+cu130)?"""
+        if not self.torch or not torch_version:
+            return True
+        try:
+            public = Version(torch_version).public
+        except InvalidVersion:
+            return True
+        return SpecifierSet(self.torch).contains(public, prereleases=True)
 
 
 class Timeouts(_Strict):

@@ -122,8 +122,11 @@ class SuiteRunner:
         deadline: float,
         on_line: Callable[[str], None] | None = None,
         env: dict[str, str] | None = None,
+        torch_version: str | None = None,
     ):
         self.python = python
+        self.torch_version = torch_version
+        """the torch under test, for expected failures scoped to torch versions"""
         self.manifest = manifest
         self.junit_dir = junit_dir
         self.log = log
@@ -183,7 +186,8 @@ class SuiteRunner:
         return self._classify(spec.name, cases, attempts, first_failure)
 
     def _retriable(self, suite: str, case: JUnitCase) -> bool:
-        return case.outcome in classify.NOT_PASSING and classify.expected_failure(self.manifest, suite, case.id) is None
+        return (case.outcome in classify.NOT_PASSING
+                and classify.expected_failure(self.manifest, suite, case.id, self.torch_version) is None)
 
     def _classify(self, suite: str, cases: dict[str, JUnitCase], attempts: dict[str, int],
                   first_failure: dict[str, JUnitCase]) -> list[TestResult]:
@@ -197,7 +201,8 @@ class SuiteRunner:
                     "message": f"passed on attempt {result.attempts} after it {earlier.outcome.value}: {earlier.message}",
                     "log_tail": earlier.to_result(suite).log_tail,
                 })
-            results.append(classify.apply_expected(result, classify.expected_failure(self.manifest, suite, test_id)))
+            entry = classify.expected_failure(self.manifest, suite, test_id, self.torch_version)
+            results.append(classify.apply_expected(result, entry))
         return results
 
     def _judge(self, run: SuiteRun, first: _Attempt) -> None:
@@ -478,6 +483,7 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     runner = SuiteRunner(
         python=ctx.python, manifest=manifest, junit_dir=ctx.run_dir / "junit", log=ctx.log_path(stage),
         deadline=time.monotonic() + limit, on_line=getattr(ctx.reporter, "line", None),
+        env=ctx.pip_env(), torch_version=ctx.record.torch.version,
     )
     runs = []
     for spec in specs:
@@ -488,7 +494,8 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     selected = [s for s in SUITE_STAGES if s in ctx.options.suites]
     if selected and stage == selected[-1]:
         suites_run = sorted({t.suite for t in ctx.record.tests})
-        problems += classify.unmatched_expected_failures(manifest, ctx.record.tests, suites_run)
+        problems += classify.unmatched_expected_failures(manifest, ctx.record.tests, suites_run,
+                                                         ctx.record.torch.version)
     for problem in problems:
         if problem not in ctx.record.problems:
             ctx.record.problems.append(problem)

@@ -107,3 +107,12 @@ def test_fork_rng(torch):
 def test_rng_state_bad_device(torch, bad):
     with pytest.raises((RuntimeError, ValueError)):
         torch.openreg.get_rng_state(bad)
+
+
+def test_philox_state_names_the_generator(torch):
+    # Generator.philox_state exists from torch 2.14; Generator.cpp overrides it
+    # behind a version guard.
+    if not hasattr(torch.Generator, "philox_state"):
+        pytest.skip(f"torch {torch.__version__} has no Generator.philox_state (added in 2.14)")
+    with pytest.raises(RuntimeError, match="openreg generator is not Philox-based"):
+        torch.Generator(device="openreg").philox_state(4)

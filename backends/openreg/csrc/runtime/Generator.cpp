@@ -8,11 +8,21 @@
 // one to the CPU kernel. Seeding, state save/restore and cloning all act on
 // it, which keeps the openreg stream of random numbers separate from the
 // CPU's torch.default_generator.
+//
+// Version guard: torch 2.14 added the virtual GeneratorImpl::philox_state
+// (torch.Generator.philox_state), which only Philox generators implement. The
+// sources build against 2.13 and later, so the override that says why openreg
+// has no Philox stream exists only where the base class declares it.
 #include "runtime/OpenRegRuntime.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
+#include <torch/version.h>
+
+#define OPENREG_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||          \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 #include <mutex>
 #include <vector>
@@ -49,6 +59,20 @@ class OpenRegGenerator final : public c10::GeneratorImpl {
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
     return host_.unsafeGetGeneratorImpl()->get_state();
   }
+
+#if OPENREG_TORCH_AT_LEAST(2, 14)
+  void philox_state(
+      uint64_t /*increment*/,
+      at::Tensor& /*seed*/,
+      at::Tensor& /*offset*/,
+      at::Tensor& /*intragraph_offset*/) override {
+    TORCH_CHECK(
+        false,
+        "philox_state: the openreg generator is not Philox-based (it draws "
+        "from a CPU Mersenne-Twister generator), so it has no Philox stream "
+        "to reserve");
+  }
+#endif
 
   const at::Generator& host() const {
     return host_;
