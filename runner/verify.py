@@ -7,7 +7,11 @@ phase as a marked JSON line; whatever the backend does to that interpreter
 CheckResult with a RootCause. The orchestrator never imports torch.
 
 Checks, in the order a root cause is chosen from:
-  entry_point, plain_import, device, tensor, opt_out, circular_import, neighbours, import_cost
+  entry_point, plain_import, build_torch, device, tensor, opt_out, circular_import, neighbours, import_cost
+
+build_torch compares the torch a backend was compiled against (when that is known)
+with the torch under test: PyTorch's C++ ABI is not stable across releases, and an
+extension built against another torch can load and still call the wrong function.
 """
 
 from __future__ import annotations
@@ -40,8 +44,11 @@ DEFAULT_RUNS = 5
 # Bytes of each probe's output kept in memory and in the log: a backend flooding
 # stdout costs the verifier nothing beyond this.
 PROBE_TAIL = 16 * 1024
-CHECK_ORDER = ["entry_point", "plain_import", "device", "tensor", "opt_out", "circular_import",
+CHECK_ORDER = ["entry_point", "plain_import", "build_torch", "device", "tensor", "opt_out", "circular_import",
                "neighbours", "import_cost"]
+ABI_HINT = ("PyTorch's C++ ABI is not stable across releases: an extension built against another torch may load "
+            "and still call the wrong functions (a virtual method added in a newer release shifts every later "
+            "one); rebuild it against the torch under test")
 
 
 class Verification(BaseModel):
@@ -252,29 +259,62 @@ def verify(
                             checks=[check], duration_s=time.monotonic() - started)
     work = _Verifier(runner, inventory, targets, runs=max(1, runs), jobs=max(1, jobs))
     checks = work.run()
-    _explain_undefined_symbols(runner.python, checks, targets, build_torch, torch_under_test)
+    if build_torch is None:
+        build_torch = next((b for b in map(_recorded_build_torch, targets) if b is not None), None)
+    under_test = _Lazy(lambda: torch_under_test or _ask_torch(runner.python))
+    checks.append(_timed(lambda: _build_torch_check(build_torch, under_test, targets)))
+    _explain_undefined_symbols(checks, build_torch, under_test)
     status, cause = _overall(checks)
     return Verification(status=status, root_cause=cause, python=str(runner.python),
                         torch_version=inventory.get("torch_version"), backends=[t.ep_name for t in targets],
                         checks=checks, duration_s=round(time.monotonic() - started, 3))
 
 
-def _explain_undefined_symbols(python: Path, checks: list[CheckResult], targets: list[Target],
-                               build: BuildTorch | None, under_test: tuple[str, str | None] | None) -> None:
-    causes = [c.root_cause for c in checks if c.root_cause and "undefined symbol" in c.root_cause.summary]
-    if not causes:
-        return
+class _Lazy:
+    """A value computed on first use: the torch under test costs a probe, needed only sometimes."""
+
+    def __init__(self, compute: Callable[[], tuple[str | None, str | None]]):
+        self._compute, self._value = compute, None
+
+    def get(self) -> tuple[str | None, str | None]:
+        if self._value is None:
+            self._value = self._compute()
+        return self._value
+
+
+def _ask_torch(python: Path) -> tuple[str | None, str | None]:
+    try:
+        info = envs.torch_info(python, timeout=60)
+    except EnvironmentError_:
+        return None, None
+    return info["version"], info.get("git_version")
+
+
+def _build_torch_check(build: BuildTorch | None, under_test: _Lazy, targets: list[Target]) -> CheckResult:
+    name = targets[0].distribution or targets[0].ep_name if len(targets) == 1 else "the backends"
     if build is None:
-        build = next((b for b in map(_recorded_build_torch, targets) if b is not None), None)
-    if under_test is None:
-        try:
-            info = envs.torch_info(python, timeout=60)
-            under_test = (info["version"], info.get("git_version"))
-        except EnvironmentError_:
-            under_test = (None, None)
-    hint = rootcause.undefined_symbol_hint(build, *under_test)
-    for cause in causes:
-        cause.hint = hint
+        return CheckResult(name="build_torch", status=Status.skipped,
+                           detail=f"{name} does not record the torch it was built against")
+    version, git_version = under_test.get()
+    data = {"build_torch": build.to_json(), "torch_under_test": {"version": version, "git_version": git_version}}
+    if version is None:
+        return CheckResult(name="build_torch", status=Status.skipped, data=data,
+                           detail="the torch under test could not be asked for its version")
+    if build.matches(version, git_version):
+        return CheckResult(name="build_torch", status=Status.passed, data=data,
+                           detail=f"built against the torch under test, {build.describe()}")
+    under = f"{version} ({git_version[:12]})" if git_version else version
+    summary = f"{name} was built against torch {build.describe()}, but the torch under test is {under}"
+    return CheckResult(name="build_torch", status=Status.failed, detail=f"{summary} ({build.how})", data=data,
+                       root_cause=RootCause(kind="error", summary=summary, hint=ABI_HINT, culprit=name))
+
+
+def _explain_undefined_symbols(checks: list[CheckResult], build: BuildTorch | None, under_test: _Lazy) -> None:
+    causes = [c.root_cause for c in checks if c.root_cause and "undefined symbol" in c.root_cause.summary]
+    if causes:
+        hint = rootcause.undefined_symbol_hint(build, *under_test.get())
+        for cause in causes:
+            cause.hint = hint
 
 
 def _recorded_build_torch(target: Target) -> BuildTorch | None:

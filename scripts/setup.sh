@@ -19,6 +19,10 @@ if ((${#need[@]})); then
 fi
 
 PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "setup: ootci needs Python >= 3.11 (tomllib); $PY is $("$PY" -V 2>&1). Set PYTHON=python3.11 or newer." >&2
+  exit 1
+fi
 if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi

@@ -35,6 +35,18 @@ def torch_layer():
 
 
 @pytest.fixture(scope="session")
+def layer_torch(torch_layer) -> dict:
+    """What the 2.13.0 layer's torch says of itself (version, git_version, dist_version, location).
+
+    Tests compare with this rather than with literals: `pip install torch==2.13.0` is the
+    local CPU wheel (2.13.0+cpu) here, and may be another build of 2.13.0 elsewhere.
+    """
+    from runner import envs
+
+    return envs.torch_info(torch_layer.python)
+
+
+@pytest.fixture(scope="session")
 def make_env(torch_layer, tmp_path_factory):
     """make_env(*pip_args) -> Env: a fresh venv over the torch layer with pip_args installed."""
     from runner import envs, procs

@@ -73,6 +73,12 @@ def test_valid_manifest_defaults(tmp_path):
         (lambda t: t.replace("torch_demo:_autoload", "torch_demo._autoload"), "entry_point", "module:attribute"),
         (lambda t: t.replace('path = "."', 'path = "."\nrequirement = "x"'), "source", "exactly one"),
         (lambda t: t + "[timeouts]\nbuild = \"long\"\n", "timeouts.build", "number"),
+        # Recipes that cannot work with what the manifest gives them.
+        (lambda t: t.replace('path = "."', 'requirement = "torch_demo==1.0"'), "build.recipe",
+         "'pip-wheel' builds from sources, but source.requirement names a published package"),
+        (lambda t: t + '[build]\nrecipe = "command"\n', "build.command", 'recipe = "command" needs the command'),
+        (lambda t: t + '[[expected_failures]]\ntest = "x"\nreason = "y"\ntorch = "2.15 or later"\n',
+         "expected_failures.0.torch", "version specifier"),
     ],
 )
 def test_bad_field_is_one_line_naming_file_and_field(tmp_path, mutation, field, words):

@@ -162,3 +162,24 @@ def test_a_backend_that_cannot_be_imported_is_a_problem_not_a_pass(torch_layer, 
         "suite 'smoke': pytest stopped outside any test (usage error): pytest (smoke) exited with code 4: "
         "ERROR: --ootci-import: cannot import 'torch_nosuchbackend': "
         "ModuleNotFoundError: No module named 'torch_nosuchbackend'"]
+
+
+@pytest.mark.slow
+def test_ootci_test_default_out_is_resolved_once_against_the_working_directory(torch_layer, tmp_path):
+    """Without --out, `ootci test` writes out/test under the directory it was started in: the
+    JUnit file and the record together, and nothing under the suite's own directory."""
+    suite_dir = REPO / "runner" / "suites" / "smoke"
+    before = sorted(p for p in suite_dir.rglob("*") if "__pycache__" not in p.parts)
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "test", "--python", str(torch_layer.python), "--backend", str(CPU_PARTIAL),
+         "--suite", "smoke"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = tmp_path / "out" / "test"
+    record = record_files.read(out / "record.json")
+    assert record.stage("smoke").status is Status.passed
+    assert (out / "junit" / "smoke.xml").is_file()
+    assert len(record.tests) > 20
+    assert sorted(p for p in suite_dir.rglob("*") if "__pycache__" not in p.parts) == before

@@ -90,7 +90,7 @@ def stages(record: RunRecord) -> dict[str, Status]:
     return {s.name: s.status for s in record.stages}
 
 
-def test_a_backend_requiring_another_torch_fails_install_with_its_own_root_cause(torch_layer, tmp_path):
+def test_a_backend_requiring_another_torch_fails_install_with_its_own_root_cause(layer_torch, tmp_path):
     source = package(tmp_path / "src", "torch_toy", ["torch==2.12.0"])
     out = tmp_path / "out"
     result = ootci("run", str(toy_manifest(tmp_path, source)), "--torch", "2.13.0", "--out", str(out))
@@ -98,14 +98,14 @@ def test_a_backend_requiring_another_torch_fails_install_with_its_own_root_cause
     record = only_record(out)
     install = record.stage("install")
     assert install.status is Status.failed
-    assert install.summary == "torch_toy 0.1.0 requires torch==2.12.0; the torch under test is 2.13.0+cpu"
+    assert install.summary == f"torch_toy 0.1.0 requires torch==2.12.0; the torch under test is {layer_torch['version']}"
     assert install.root_cause.hint == torch_pin.PIN_HINT
     assert install.root_cause.culprit == "torch_toy"
     assert stages(record)["autoload"] is Status.blocked
     assert no_torch_in_any_environment_under_test() == []
 
 
-def test_a_dependency_requiring_another_torch_is_named_from_pips_resolver(torch_layer, tmp_path):
+def test_a_dependency_requiring_another_torch_is_named_from_pips_resolver(torch_layer, layer_torch, tmp_path):
     """The backend itself accepts any torch; a library it needs pins torch==2.12.0.
     pip, held to the torch under test by the constraint, refuses; the stage names the library."""
     links = tmp_path / "links"
@@ -118,7 +118,8 @@ def test_a_dependency_requiring_another_torch_is_named_from_pips_resolver(torch_
     record = only_record(out)
     install = record.stage("install")
     assert install.status is Status.failed, install.summary
-    assert install.summary == "ootci-pins-torch 1.0 requires torch==2.12.0; the torch under test is 2.13.0+cpu"
+    assert install.summary == (f"ootci-pins-torch 1.0 requires torch==2.12.0; "
+                               f"the torch under test is {layer_torch['version']}")
     assert install.root_cause.hint == torch_pin.PIN_HINT
     log = (out / record.run_id / "logs" / "install.log").read_text()
     assert "-c" in log and torch_pin.CONSTRAINT_NAME in log  # pip was called with the constraint
@@ -126,7 +127,7 @@ def test_a_dependency_requiring_another_torch_is_named_from_pips_resolver(torch_
     assert no_torch_in_any_environment_under_test() == []
 
 
-def test_a_wheel_that_ships_its_own_torch_is_caught_after_install(torch_layer, tmp_path):
+def test_a_wheel_that_ships_its_own_torch_is_caught_after_install(torch_layer, layer_torch, tmp_path):
     """Nothing pip can be told stops a wheel that carries a `torch` package of its own.
     The check after the install finds `import torch` resolving to it, and names both paths."""
     fake_torch = {"torch/__init__.py": "__version__ = '0.0.1'\nfrom . import version\n",
@@ -142,12 +143,12 @@ def test_a_wheel_that_ships_its_own_torch_is_caught_after_install(torch_layer, t
     shadow = install.data["actual_torch"]
     assert shadow.endswith("site-packages/torch") and "/envs/" in shadow
     assert shadow in install.summary and os.path.realpath(layer_torch) in install.summary
-    assert "torch 0.0.1" in install.summary and "torch 2.13.0+cpu" in install.summary
+    assert "torch 0.0.1" in install.summary and f"torch {layer_torch['version']}" in install.summary
     assert install.root_cause.hint == torch_pin.SHADOW_HINT
     assert stages(record)["autoload"] is Status.blocked
 
 
-def test_python_env_keeps_its_torch_and_the_stage_says_what_it_installed(torch_layer, make_env, tmp_path):
+def test_python_env_keeps_its_torch_and_the_stage_says_what_it_installed(torch_layer, layer_torch, make_env, tmp_path):
     """`ootci run --python` installs into the user's own environment: with the torch pinned,
     and it lists what it installed. A backend that needs another torch changes nothing."""
     user_env = make_env(name="user-env")
@@ -172,7 +173,7 @@ def test_python_env_keeps_its_torch_and_the_stage_says_what_it_installed(torch_l
     ootci("run", str(toy_manifest(tmp_path / "pinned", pinned)), "--python", str(user_env.python),
           "--suites", "none", "--out", str(out2))
     assert only_record(out2).stage("install").summary == (
-        "torch_toy 0.2.0 requires torch==2.12.0; the torch under test is 2.13.0+cpu")
+        f"torch_toy 0.2.0 requires torch==2.12.0; the torch under test is {layer_torch['version']}")
     after = envs.torch_info(user_env.python)
     assert after == before
     assert not list(user_env.site_packages.glob("torch-*.dist-info"))

@@ -15,6 +15,7 @@ import pytest
 
 from runner import record_files
 from runner.models import RunRecord, Status
+from tests.support import real_wheels
 from tests.support.act_harness import act_binary, prepare, run_act
 
 pytestmark = [
@@ -122,7 +123,9 @@ def test_build_torch_workflow_acquires_a_pinned_wheel(act_setup, tmp_path):
 
     assert result.returncode == 0, result.output[-6000:]
     assert_no_gated_action_ran(result.output)
-    wheel = f"torch-{TORCH}+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    # The wheel pip picks for torch==TORCH on this machine: its local label and tags are the machine's.
+    assert TORCH == real_wheels.RELEASE
+    wheel = real_wheels.cpu_release_wheel().name
     assert f"build-torch.yml outputs artifact=torch-wheel-1 wheel={wheel}" in result.output
     assert (tmp_path / "artifacts" / "torch-wheel-1" / wheel).stat().st_size > 100_000_000
     # ccache is restored only for source builds.
