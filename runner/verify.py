@@ -262,7 +262,9 @@ def verify(
     if build_torch is None:
         build_torch = next((b for b in map(_recorded_build_torch, targets) if b is not None), None)
     under_test = _Lazy(lambda: torch_under_test or _ask_torch(runner.python))
-    checks.append(_timed(lambda: _build_torch_check(build_torch, under_test, targets)))
+    # Listed where it ranks: right after plain_import.
+    at = next((i + 1 for i, c in enumerate(checks) if c.name.startswith("plain_import")), len(checks))
+    checks.insert(at, _timed(lambda: _build_torch_check(build_torch, under_test, targets)))
     _explain_undefined_symbols(checks, build_torch, under_test)
     status, cause = _overall(checks)
     return Verification(status=status, root_cause=cause, python=str(runner.python),

@@ -65,3 +65,21 @@ def test_cibuildwheel_accepts_config():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["cp311-manylinux_x86_64", "cp312-manylinux_x86_64"]
+
+
+def test_packaging_is_tied_to_no_single_torch():
+    """No runtime pin (the ABI is recorded in the wheel instead), and cibuildwheel builds and
+    tests against the torch named by OPENREG_TORCH_VERSION, not a version written here."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((BACKEND / "pyproject.toml").read_text())
+    torch_reqs = [Requirement(r) for r in project["project"]["dependencies"] if r.startswith("torch")]
+    assert torch_reqs and all(not any(s.operator in ("==", "===", "~=") for s in r.specifier) for r in torch_reqs)
+    cibw = project["tool"]["cibuildwheel"]
+    assert "OPENREG_TORCH_VERSION" in cibw["environment-pass"]
+    for key in ("before-build", "before-test"):
+        assert '"torch==$OPENREG_TORCH_VERSION"' in cibw[key]
+        assert "torch==2" not in cibw[key]
+    assert "torch_build.json" in (BACKEND / "setup.py").read_text()

@@ -53,7 +53,7 @@ def test_run_writes_a_valid_record(toy_runs, layer_torch):
     assert stages(record)["build"] is Status.passed
     assert stages(record)["install"] is Status.passed
     assert record.finished_at >= record.started_at
-    assert record.command == "ootci run toy --torch 2.13.0"
+    assert record.command == f"ootci run toy --torch {layer_torch['dist_version']}"  # as resolved
     for stage in record.stages:
         if stage.log:
             assert (out / record.run_id / stage.log).is_file()

@@ -23,7 +23,7 @@ def _manifest(tmp_path: Path, extra: str) -> manifest.Manifest:
         distribution = "torch"
         import_name = "torch"
         entry_point = "cpu = torch:cpu"
-    """) + textwrap.dedent(extra) + '\n[source]\nrequirement = "torch==2.13.0"\n')
+    """) + textwrap.dedent(extra) + '\n[source]\nrequirement = "torch==2.13.0"\n[build]\nrecipe = "prebuilt"\n')
     return manifest.load(path)
 
 
