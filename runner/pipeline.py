@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from . import __version__, procs, record_files
+from . import __version__, procs, record_files, registry
 from .envs import cache_root
 from .errors import OotciError
 from .manifest import Manifest
@@ -116,7 +116,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
         torch=torch, python=platform.python_version(),
         platform=f"{sys.platform}-{platform.machine()}", host=socket.gethostname(),
         ootci_version=__version__, started_at=started,
-        command=reproduce_command(manifest.name, torch, options.suites),
+        command=reproduce_command(registry.reference(manifest), torch, options.suites),
     )
     writer = RecordWriter(run_dir)
     writer.write(record)
@@ -149,13 +149,13 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
                         record.stages.append(StageResult(name=rest, status=Status.blocked, summary=summary))
                     raise
                 reporter.stage_finished(manifest.name, result)
-                if not result.status.ok:
+                if not result.status.ok and result.data.get("blocks_later_stages", True):
                     blocker = name
                 elif result.status is Status.skipped and result.data.get("skip_rest"):
                     skipper = result.summary
                 if name == "torch":
                     # From here on the record names the torch as resolved, not as asked for.
-                    record.command = reproduce_command(manifest.name, record.torch, options.suites)
+                    record.command = reproduce_command(registry.reference(manifest), record.torch, options.suites)
             record.stages.append(result)
             writer.write(record)
     finally:

@@ -25,6 +25,19 @@ def load_all(root: Path | None = None) -> list[Manifest]:
     return [manifest_mod.load(p) for p in manifest_paths(root)]
 
 
+def reference(m: Manifest, root: Path | None = None) -> str:
+    """How a command line names this backend: its registered name, or the manifest's path
+    (relative to the working directory when it lies below it, as `ci/backend.toml` does in a
+    vendor's checkout)."""
+    assert m.path is not None
+    if m.path.resolve() in {p.resolve() for p in manifest_paths(root)}:
+        return m.path.parent.name
+    try:
+        return str(m.path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(m.path)
+
+
 def resolve(name_or_path: str, root: Path | None = None) -> Manifest:
     """A registered name, or the path of a manifest (a vendor's own repository)."""
     candidate = Path(name_or_path)

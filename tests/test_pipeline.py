@@ -53,7 +53,10 @@ def test_run_writes_a_valid_record(toy_runs, layer_torch):
     assert stages(record)["build"] is Status.passed
     assert stages(record)["install"] is Status.passed
     assert record.finished_at >= record.started_at
-    assert record.command == f"ootci run toy --torch {layer_torch['dist_version']}"  # as resolved
+    # Not a registered name: the command names the manifest (relative to where ootci ran),
+    # and the torch as resolved.
+    toy = os.path.relpath(manifest("toy"))
+    assert record.command == f"ootci run {toy} --torch {layer_torch['dist_version']}"
     for stage in record.stages:
         if stage.log:
             assert (out / record.run_id / stage.log).is_file()
@@ -288,3 +291,21 @@ def test_build_requirements_stay_out_of_the_shared_torch_layer(torch_layer, tmp_
     in_layer = subprocess.run([str(torch_layer.python), "-c", probe])
     assert in_env.returncode == 0, "the environment under test lacks the backend's requirement"
     assert in_layer.returncode == 3, "a backend's requirement leaked into the shared torch layer"
+
+
+def test_suites_still_run_when_only_a_non_blocking_autoload_check_fails(torch_layer, tmp_path):
+    """torch_circular imports torch before defining its hook: circular_import fails, but plain
+    `import torch` and the device work, so the smoke suite still runs and reports."""
+    out = tmp_path / "out"
+    result = ootci("run", str(FIXTURES.parent / "backends" / "circular" / "backend.toml"), "--torch", "2.13.0",
+                   "--suites", "smoke", "--out", str(out))
+    record = only_record(out)
+    autoload = record.stage("autoload")
+    assert autoload.status is Status.failed
+    failed = {c.name for c in autoload.checks if c.status is Status.failed}
+    assert "circular_import" in failed and not failed & {"plain_import", "device", "tensor", "build_torch"}
+    assert autoload.data["blocks_later_stages"] is False
+    smoke = record.stage("smoke")
+    assert smoke.status is not Status.blocked, smoke.summary
+    assert smoke.counts, "the smoke suite reported no tests"
+    assert record.status is Status.failed and result.returncode == 1

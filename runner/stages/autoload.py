@@ -2,6 +2,12 @@
 
 The checks and their root causes are those of `ootci verify` (runner/verify.py);
 this stage only records them. Each probe's bounded output goes to the stage log.
+
+A failed verification fails the run, but it blocks the suites only when their
+results would mean nothing: the device is unusable (plain_import, device or tensor
+did not pass) or the backend was built against another torch (build_torch). A
+backend whose only failures are circular_import, opt_out, neighbours or import_cost
+still gets its test signal.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from ..verify import DEFAULT_RUNS, DEFAULT_TIMEOUT, verify
 from .base import RunContext
 
 NAME = "autoload"
+# Checks whose failure makes the suites meaningless.
+BLOCKING_CHECKS = ("plain_import", "device", "tensor", "build_torch")
 
 
 def run(ctx: RunContext) -> StageResult:
@@ -27,6 +35,8 @@ def run(ctx: RunContext) -> StageResult:
         cause = RootCause(kind="error", summary=exc.message, hint="the environment under test is not usable")
         return StageResult(name=NAME, status=Status.failed, summary=exc.message, root_cause=cause)
     cost = next((c.data for c in result.checks if c.name == "import_cost" and c.data), {})
+    blocking = [c.name for c in result.checks if c.name.split(":", 1)[0] in BLOCKING_CHECKS
+                and c.status in (Status.failed, Status.crashed, Status.timeout, Status.blocked)]
     return StageResult(
         name=NAME,
         status=result.status,
@@ -36,5 +46,6 @@ def run(ctx: RunContext) -> StageResult:
         counts={s: sum(1 for c in result.checks if c.status.value == s)
                 for s in sorted({c.status.value for c in result.checks})},
         data={"backends": result.backends, "torch_version": result.torch_version,
-              **({"import_cost": cost} if cost else {})},
+              **({"import_cost": cost} if cost else {}),
+              **({} if result.status.ok else {"blocks_later_stages": bool(blocking), "blocking_checks": blocking})},
     )
