@@ -29,6 +29,8 @@ class Capability(str, Enum):
     pinned_memory = "pinned_memory"
     serialization = "serialization"
     autograd = "autograd"
+    sparse = "sparse"
+    """sparse layouts: the OpInfos that make or need sparse tensors (to_sparse, sparse.*)"""
 
 
 class _Strict(BaseModel):

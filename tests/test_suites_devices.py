@@ -183,3 +183,26 @@ def test_ootci_test_default_out_is_resolved_once_against_the_working_directory(t
     assert (out / "junit" / "smoke.xml").is_file()
     assert len(record.tests) > 20
     assert sorted(p for p in suite_dir.rglob("*") if "__pycache__" not in p.parts) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("claims_sparse", [False, True])
+def test_sparse_opinfos_need_the_sparse_capability(torch_layer, tmp_path, claims_sparse):
+    """to_sparse and sparse.* exist only for a sparse layout: a backend that does not claim
+    `sparse` gets them skipped, naming the capability; one that does gets them compared."""
+    backend = CPU_PARTIAL
+    if claims_sparse:
+        backend = tmp_path / "backend.toml"
+        backend.write_text(CPU_PARTIAL.read_text().replace('capabilities = [', 'capabilities = ["sparse", '))
+    done, record = ootci_test(torch_layer.python, backend, "integration", tmp_path / "out",
+                              env={"OOTCI_OPS": "to_sparse,sparse.*,add"})
+    sparse = [t for t in record.tests if "sparse" in t.id]
+    # test_compare_cpu[<op>-<dtype>]: a skipped test never ran, so the op comes from its id.
+    assert {t.id.split("[", 1)[1].rsplit("-", 1)[0] for t in sparse} == {
+        "to_sparse", "sparse.mm.reduce", "sparse.sampled_addmm"}
+    if claims_sparse:
+        assert not [t for t in sparse if t.outcome is Outcome.skipped]
+    else:
+        assert all(t.outcome is Outcome.skipped and t.message == "capability 'sparse' not claimed" for t in sparse)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert record.tests and any(t.op == "add" and t.outcome is Outcome.passed for t in record.tests)

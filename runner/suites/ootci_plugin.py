@@ -46,6 +46,7 @@ CAPABILITIES = (
     "pinned_memory",
     "serialization",
     "autograd",
+    "sparse",
 )
 
 TAIL_CHARS = 4000

@@ -39,6 +39,14 @@ NONDETERMINISTIC = re.compile(r"^(rand|randn|randint|randperm|.*_like\b.*rand.*|
                               r"empty.*|new_empty.*|.*dropout.*|uniform|cauchy|exponential|geometric|log_normal)$")
 
 
+# OpInfos that exist only for a tensor layout, and the capability that layout needs.
+LAYOUT_OPS = {"sparse": re.compile(r"^(to_sparse.*|sparse\..*)$")}
+
+
+def layout_capability(name: str) -> str | None:
+    return next((cap for cap, pattern in LAYOUT_OPS.items() if pattern.match(name)), None)
+
+
 def op_name(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
@@ -84,9 +92,12 @@ def pytest_generate_tests(metafunc):
             continue
         supported = op.supported_dtypes("cpu")
         chosen = [d for d in dtype_names if getattr(torch, d) in supported]
+        # A layout op is skipped, naming the capability, by the plugin's capability marker.
+        layout = layout_capability(name)
+        marks = [pytest.mark.capability(layout)] if layout else []
         if not chosen:
-            params.append(pytest.param(op, None, id=f"{name}-none"))
-        params.extend(pytest.param(op, d, id=f"{name}-{d}") for d in chosen)
+            params.append(pytest.param(op, None, id=f"{name}-none", marks=marks))
+        params.extend(pytest.param(op, d, id=f"{name}-{d}", marks=marks) for d in chosen)
     metafunc.parametrize("opinfo,dtype_name", params)
 
 
