@@ -240,7 +240,11 @@ def from_chain(chain: list[dict], *, what: str = "import", culprit: str | None =
             summary += f" at {where}"
         return RootCause(kind="exit_code", summary=summary[:500], exception_type=exc_type, message=message[:2000],
                          exit_code=code, hint=hint_for(f"SystemExit: {message}"), culprit=culprit)
-    summary = f"{exc_type}: {message}" if message else exc_type
+    if message:
+        summary = f"{exc_type}: {message}"
+    else:
+        # A bare `raise StopIteration` says nothing by its name alone: say where it came from.
+        summary = f"{exc_type} (no message) raised at {where}" if where else f"{exc_type} (no message)"
     return RootCause(kind="exception", summary=summary[:500], exception_type=exc_type, message=message[:2000],
                      hint=hint_for(summary) or hint_for(f"{exc_type}: {message}"), culprit=culprit)
 

@@ -31,6 +31,16 @@ def test_innermost_exception_of_a_chain_wins_and_names_the_wrapped_entry_point()
     assert cause.hint == "a shared library is missing: the vendor runtime is not installed on this machine"
 
 
+def test_an_exception_without_a_message_says_where_it_was_raised():
+    """`StopIteration:` alone, as a vendor saw it, names nothing: the frame does."""
+    chain = [{"type": "StopIteration", "message": "",
+              "frames": ["/x/torch/__init__.py:3034 in _import_device_backends",
+                         "/src/torch_foo/__init__.py:12 in _autoload"]}]
+    cause = rootcause.from_chain(chain, what="import torch")
+    assert cause.summary == "StopIteration (no message) raised at /src/torch_foo/__init__.py:12 in _autoload"
+    assert rootcause.from_chain([{"type": "StopIteration", "message": ""}]).summary == "StopIteration (no message)"
+
+
 def test_system_exit_is_an_exit_code_with_where():
     chain = [{"type": "SystemExit", "message": "3", "exit_code": 3,
               "frames": ["<frozen importlib._bootstrap>:241 in _call_with_frames_removed",
