@@ -244,7 +244,7 @@ def verify(
     build_torch: the torch the backend was compiled against, when the caller knows it
     (the build stage); otherwise what the installed distribution's metadata records.
     torch_under_test: (torch.__version__, git_version); asked of `python` when needed.
-    Both only decide the hint for an undefined symbol.
+    Both feed the build_torch check and the hint for an undefined symbol.
 
     Raises EnvironmentError_ when `python` is not an interpreter or has no torch.
     """
