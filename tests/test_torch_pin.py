@@ -157,14 +157,15 @@ def test_python_env_keeps_its_torch_and_the_stage_says_what_it_installed(torch_l
     wheel_of(package(tmp_path / "helper", "ootci-helper", [], version="1.0", backend=False), links, torch_layer)
     good = package(tmp_path / "good", "torch_toy", ["ootci-helper", "torch>=2.13"])
     out = tmp_path / "out"
-    result = ootci("run", str(toy_manifest(tmp_path, good)), "--python", str(user_env.python),
+    good_manifest = toy_manifest(tmp_path, good)
+    result = ootci("run", str(good_manifest), "--python", str(user_env.python),
                    "--suites", "none", "--out", str(out), env=find_links(links))
     record = only_record(out)
     install = record.stage("install")
     assert install.status is Status.passed, install.summary
     assert sorted(install.data["installed"]) == ["ootci-helper 1.0", "torch_toy 0.1.0"]
     assert "ootci-helper 1.0" in install.summary and "torch_toy 0.1.0" in install.summary
-    assert record.command == f"ootci run toy --python {user_env.python} --suites none"
+    assert record.command == f"ootci run {good_manifest} --python {user_env.python} --suites none"
     assert result.returncode == 0, result.stderr
 
     (tmp_path / "pinned").mkdir()
