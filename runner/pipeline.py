@@ -111,12 +111,13 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
     run_id = new_run_id(manifest.name, started)
     run_dir = options.out / run_id
     torch = TorchInfo(spec=options.torch, source=str(options.python) if options.python else None)
+    ref = registry.reference(manifest)  # how the reproduce command names the backend
     record = RunRecord(
         run_id=run_id, backend=manifest.name, device=manifest.device, trigger=options.trigger, pr=options.pr,
         torch=torch, python=platform.python_version(),
         platform=f"{sys.platform}-{platform.machine()}", host=socket.gethostname(),
         ootci_version=__version__, started_at=started,
-        command=reproduce_command(registry.reference(manifest), torch, options.suites),
+        command=reproduce_command(ref, torch, options.suites),
     )
     writer = RecordWriter(run_dir)
     writer.write(record)
@@ -155,7 +156,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
                     skipper = result.summary
                 if name == "torch":
                     # From here on the record names the torch as resolved, not as asked for.
-                    record.command = reproduce_command(registry.reference(manifest), record.torch, options.suites)
+                    record.command = reproduce_command(ref, record.torch, options.suites)
             record.stages.append(result)
             writer.write(record)
     finally:

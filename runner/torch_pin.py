@@ -16,11 +16,13 @@ already in that environment. Three things keep it so:
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
+from . import atomic
 from .wheel_metadata import WheelMetadata, exact_pin
 
 CONSTRAINT_NAME = "torch-constraint.txt"
@@ -42,7 +44,7 @@ class TorchUnderTest:
     """the version pip sees (the distribution's metadata), e.g. 2.14.0"""
     git_version: str | None
     location: str
-    """the directory of the torch package that `import torch` loads"""
+    """the directory of the torch package that `import torch` loads (a real path: envs.torch_info resolves it)"""
 
     @classmethod
     def from_info(cls, info: dict) -> "TorchUnderTest":
@@ -60,29 +62,29 @@ class TorchUnderTest:
 
 def write_constraint(directory: Path, under_test: TorchUnderTest) -> Path:
     """The constraint file for pip, written atomically into directory."""
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / CONSTRAINT_NAME
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"# the torch under test: {under_test.describe()}\n{under_test.constraint}\n")
-    os.replace(tmp, path)
+    atomic.write_text(path, f"# the torch under test: {under_test.describe()}\n{under_test.constraint}\n")
     return path
+
+
+def _excluding(meta: WheelMetadata, under_test: TorchUnderTest) -> Requirement | None:
+    """The wheel's first requirement on torch that the torch under test does not meet."""
+    return next((req for req in meta.torch_requirements()
+                 if not req.specifier.contains(under_test.dist_version, prereleases=True)), None)
 
 
 def wheel_conflict(meta: WheelMetadata, under_test: TorchUnderTest) -> str | None:
     """'torch_openreg 0.1.0 requires torch==2.13.0; the torch under test is 2.14.0+cu130', or None."""
-    for req in meta.torch_requirements():
-        if not req.specifier.contains(under_test.dist_version, prereleases=True):
-            return f"{meta.name} {meta.version} requires {req}; the torch under test is {under_test.version}"
-    return None
+    req = _excluding(meta, under_test)
+    return f"{meta.name} {meta.version} requires {req}; the torch under test is {under_test.version}" if req else None
 
 
 def pinned_elsewhere(meta: WheelMetadata, under_test: TorchUnderTest) -> str | None:
     """For a prebuilt backend: 'pinned to torch 2.13.0, torch under test is 2.14.0+cu130', or None."""
-    for req in meta.torch_requirements():
-        if not req.specifier.contains(under_test.dist_version, prereleases=True):
-            pinned = exact_pin(req) or str(req.specifier)
-            return f"pinned to torch {pinned}, torch under test is {under_test.version}"
-    return None
+    req = _excluding(meta, under_test)
+    if req is None:
+        return None
+    return f"pinned to torch {exact_pin(req) or req.specifier}, torch under test is {under_test.version}"
 
 
 # pip's resolver, when a requirement and the constraint cannot both hold:
@@ -105,15 +107,8 @@ def pip_conflict(output: str, under_test: TorchUnderTest) -> str | None:
 
 def resolution_problem(expected: TorchUnderTest, actual: TorchUnderTest) -> str | None:
     """Why the environment's `import torch` is not the torch under test, or None."""
-    same_place = _same_path(expected.location, actual.location)
-    if same_place and actual.version == expected.version and actual.git_version == expected.git_version:
+    if (actual.location, actual.version, actual.git_version) == (
+            expected.location, expected.version, expected.git_version):
         return None
     return (f"import torch in the environment under test loads {actual.describe()}, "
             f"not the torch under test, {expected.describe()}")
-
-
-def _same_path(a: str, b: str) -> bool:
-    try:
-        return Path(a).resolve() == Path(b).resolve()
-    except OSError:
-        return a == b

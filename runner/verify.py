@@ -16,6 +16,7 @@ extension built against another torch can load and still call the wrong function
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -261,7 +262,8 @@ def verify(
     checks = work.run()
     if build_torch is None:
         build_torch = next((b for b in map(_recorded_build_torch, targets) if b is not None), None)
-    under_test = _Lazy(lambda: torch_under_test or _ask_torch(runner.python))
+    # The torch under test costs a probe when the caller did not say: asked at most once, only if needed.
+    under_test = functools.cache(lambda: torch_under_test or _ask_torch(runner.python))
     # Listed where it ranks: right after plain_import.
     at = next((i + 1 for i, c in enumerate(checks) if c.name.startswith("plain_import")), len(checks))
     checks.insert(at, _timed(lambda: _build_torch_check(build_torch, under_test, targets)))
@@ -272,18 +274,6 @@ def verify(
                         checks=checks, duration_s=round(time.monotonic() - started, 3))
 
 
-class _Lazy:
-    """A value computed on first use: the torch under test costs a probe, needed only sometimes."""
-
-    def __init__(self, compute: Callable[[], tuple[str | None, str | None]]):
-        self._compute, self._value = compute, None
-
-    def get(self) -> tuple[str | None, str | None]:
-        if self._value is None:
-            self._value = self._compute()
-        return self._value
-
-
 def _ask_torch(python: Path) -> tuple[str | None, str | None]:
     try:
         info = envs.torch_info(python, timeout=60)
@@ -292,12 +282,13 @@ def _ask_torch(python: Path) -> tuple[str | None, str | None]:
     return info["version"], info.get("git_version")
 
 
-def _build_torch_check(build: BuildTorch | None, under_test: _Lazy, targets: list[Target]) -> CheckResult:
+def _build_torch_check(build: BuildTorch | None, under_test: Callable[[], tuple[str | None, str | None]],
+                       targets: list[Target]) -> CheckResult:
     name = targets[0].distribution or targets[0].ep_name if len(targets) == 1 else "the backends"
     if build is None:
         return CheckResult(name="build_torch", status=Status.skipped,
                            detail=f"{name} does not record the torch it was built against")
-    version, git_version = under_test.get()
+    version, git_version = under_test()
     data = {"build_torch": build.to_json(), "torch_under_test": {"version": version, "git_version": git_version}}
     if version is None:
         return CheckResult(name="build_torch", status=Status.skipped, data=data,
@@ -311,10 +302,11 @@ def _build_torch_check(build: BuildTorch | None, under_test: _Lazy, targets: lis
                        root_cause=RootCause(kind="error", summary=summary, hint=ABI_HINT, culprit=name))
 
 
-def _explain_undefined_symbols(checks: list[CheckResult], build: BuildTorch | None, under_test: _Lazy) -> None:
+def _explain_undefined_symbols(checks: list[CheckResult], build: BuildTorch | None,
+                               under_test: Callable[[], tuple[str | None, str | None]]) -> None:
     causes = [c.root_cause for c in checks if c.root_cause and "undefined symbol" in c.root_cause.summary]
     if causes:
-        hint = rootcause.undefined_symbol_hint(build, *under_test.get())
+        hint = rootcause.undefined_symbol_hint(build, *under_test())
         for cause in causes:
             cause.hint = hint
 

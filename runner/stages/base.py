@@ -16,7 +16,7 @@ from typing import Protocol, Sequence
 from .. import procs, rootcause
 from ..envs import Env
 from ..manifest import Manifest
-from ..models import RootCause, RunRecord, StageResult, Status
+from ..models import SUITES, RootCause, RunRecord, StageResult, Status
 from ..torch_pin import TorchUnderTest
 from ..wheel_metadata import BuildTorch
 
@@ -28,7 +28,7 @@ class RunOptions:
     python: Path | None = None
     index_url: str | None = None
     torch_repo: str | None = None
-    suites: tuple[str, ...] = ("smoke", "integration")
+    suites: tuple[str, ...] = SUITES
     trigger: str = "manual"
     pr: int | None = None
     dry_run: bool = False
@@ -65,6 +65,10 @@ class RunContext:
         if self.options.python is not None:
             return self.options.python
         raise RuntimeError("no environment under test yet")
+
+    def constraint_args(self) -> list[str]:
+        """`-c FILE` for a pip call ootci makes in the environment under test (pins torch)."""
+        return ["-c", str(self.constraint)] if self.constraint is not None else []
 
     def pip_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """The environment for a command that may run pip in the environment under test:

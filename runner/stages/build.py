@@ -146,16 +146,12 @@ def _builder_with_requirements(ctx: RunContext, env: dict[str, str]) -> tuple[en
         if builder.is_ready():
             return builder, None
         envs.layered_env(ctx.torch_env, root)
-        result = procs.run(envs.pip_argv(builder, "install", *_constrained(ctx), *m.build.extra_requirements),
+        result = procs.run(envs.pip_argv(builder, "install", *ctx.constraint_args(), *m.build.extra_requirements),
                            timeout=m.timeouts.install, log=ctx.log_path(), env=env)
         if not result.ok:
             return builder, proc_failure(NAME, result, "installing build requirements")
         envs.mark_ready(builder, {"requirements": m.build.extra_requirements})
     return builder, None
-
-
-def _constrained(ctx: RunContext) -> list[str]:
-    return ["-c", str(ctx.constraint)] if ctx.constraint is not None else []
 
 
 def _build_into(ctx: RunContext, wheel_dir: Path, source_dir: Path | None) -> StageResult | None:

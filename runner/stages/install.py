@@ -59,7 +59,7 @@ def run(ctx: RunContext) -> StageResult:
                 if failure is not None:
                     return failure
         pip = [*procs.python_argv(python, "-m", "pip", "--disable-pip-version-check", "--no-input", "install"),
-               *(["-c", str(ctx.constraint)] if ctx.constraint is not None else [])]
+               *ctx.constraint_args()]
         if m.build.extra_requirements:
             result = _pip(ctx, pip, m.build.extra_requirements, installed)
             if not result.ok:
