@@ -22,6 +22,7 @@ from pathlib import Path
 
 from runner import record_files
 from runner.models import (
+    SUITES,
     Outcome,
     RootCause,
     RunRecord,
@@ -124,7 +125,7 @@ def build_record(sc: Scenario, day: int, *, tests_per_op: int = 1, trigger: str 
             continue
         stage = StageResult(name=name, status=Status.passed, duration_s=duration, started_at=clock, log=log)
         clock += dt.timedelta(seconds=duration)
-        if name in ("smoke", "integration"):
+        if name in SUITES:
             suite_tests = _suite_tests(sc, name, rng, red and broken_stage == name, tests_per_op)
             tests.extend(suite_tests)
             counts: dict[str, int] = {}
@@ -142,7 +143,7 @@ def build_record(sc: Scenario, day: int, *, tests_per_op: int = 1, trigger: str 
             stage.summary = stage.root_cause.summary
         else:
             stage.summary = "ok"
-        if not stage.status.ok and name not in ("smoke", "integration"):
+        if not stage.status.ok and name not in SUITES:
             blocked = True
         stages.append(stage)
     command = f"ootci run {sc.name} --torch nightly" + (f" --trigger pr --pr {pr}" if pr else "")

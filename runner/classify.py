@@ -12,7 +12,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 from .manifest import ExpectedFailure, Manifest
-from .models import Outcome, TestResult
+from .models import SUITES, Outcome, TestResult
 
 # Outcomes of a test that did not pass: retried, and turned into xfailed when expected.
 NOT_PASSING = frozenset({Outcome.failed, Outcome.error, Outcome.timeout, Outcome.crashed})
@@ -57,7 +57,7 @@ def unmatched_expected_failures(manifest: Manifest, results: list[TestResult], s
                                 torch_version: str | None = None) -> list[str]:
     """A problem line for each expected-failure entry (for this torch) that matched no test of these suites."""
     problems = []
-    suite_names = {"smoke", "integration", *(v.name for v in manifest.suites.vendor)}
+    suite_names = {*SUITES, *(v.name for v in manifest.suites.vendor)}
     for index, entry in enumerate(manifest.expected_failures):
         if not entry.applies_to(torch_version):
             continue

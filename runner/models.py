@@ -168,10 +168,11 @@ class RunRecord(_Model):
         return self.command or reproduce_command(self.backend, self.torch)
 
 
-DEFAULT_SUITES = ("smoke", "integration")
+SUITES = ("smoke", "integration")
+"""ootci's own test suites, in the order they run: the one place their names are spelled."""
 
 
-def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | list[str] = DEFAULT_SUITES) -> str:
+def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | list[str] = SUITES) -> str:
     """`ootci run ...` that tests the same backend against the same torch, on any machine.
 
     The torch is named as resolved, never as asked for: `nightly` becomes the version
@@ -185,13 +186,13 @@ def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | 
         argv += ["--python", torch.source or "PYTHON"]
     elif torch.git_version and (spec.startswith(("git:", "pr:")) or local.startswith("git")):
         argv += ["--torch", f"git:{torch.git_version}"]
-    elif torch.dist_version or torch.version:
-        argv += ["--torch", torch.dist_version or torch.version or spec]
+    elif resolved := torch.dist_version or torch.version:
+        argv += ["--torch", resolved]
         if torch.index_url:
             argv += ["--index-url", torch.index_url]
     else:
         argv += ["--torch", spec]
-    if tuple(suites) != DEFAULT_SUITES:
+    if tuple(suites) != SUITES:
         argv += ["--suites", ",".join(suites) or "none"]
     return shlex.join(argv)
 

@@ -35,10 +35,9 @@ from typing import Callable
 from . import classify, junit, procs, rootcause
 from .junit import JUnitCase
 from .manifest import Manifest, VendorSuite
-from .models import Outcome, RootCause, StageResult, Status, TestResult
+from .models import SUITES, Outcome, RootCause, StageResult, Status, TestResult
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
-BUILTIN = ("smoke", "integration")
 PLUGIN = "ootci_plugin"
 MAX_RESUMES = 25
 XDIST_MIN_TESTS = 100
@@ -440,7 +439,7 @@ def _read_lines(path: Path) -> set[str]:
 
 # -- a pipeline stage made of suites ------------------------------------------------------
 
-SUITE_STAGES = ("smoke", "integration")
+SUITE_STAGES = SUITES
 
 
 def stage_specs(ctx, stage: str) -> list[SuiteSpec]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import autoload, build, install, integration, smoke
 from . import torch as torch_stage
+from ..models import SUITES
 from .base import RunContext, RunOptions, Stage
 
 STAGES: dict[str, Stage] = {
@@ -16,6 +17,6 @@ STAGES: dict[str, Stage] = {
 }
 
 # Stages that run test suites: `--suites` and the manifest's [suites] switch them off.
-SUITE_STAGES = ("smoke", "integration")
+SUITE_STAGES = SUITES
 
 __all__ = ["STAGES", "SUITE_STAGES", "RunContext", "RunOptions", "Stage"]
