@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dashboard import site, synthetic  # noqa: E402
+from ootci.dashboard import site, synthetic  # noqa: E402
 
 
 def du(path: Path) -> int:

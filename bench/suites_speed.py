@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runner import envs, procs  # noqa: E402
+from ootci.runner import envs, procs  # noqa: E402
 
 TORCH = "torch==2.13.0"
 BACKENDS = {
@@ -67,7 +67,7 @@ def environment(layer: envs.Env, backend: str, where: Path) -> Path:
 def time_suite(python: Path, backend: str, suite: str, out: Path, jobs: int) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "runner", "test", "--python", str(python), "--backend",
+    done = subprocess.run([sys.executable, "-m", "ootci.runner", "test", "--python", str(python), "--backend",
                            BACKENDS[backend], "--suite", suite, "--out", str(out), "--jobs", str(jobs)],
                           cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - start

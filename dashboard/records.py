@@ -18,8 +18,8 @@ from typing import Literal
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import Required, TypedDict
 
-from runner import record_files
-from runner.models import Outcome, RunRecord
+from ..runner import record_files
+from ..runner.models import Outcome, RunRecord
 
 RECORD_NAME = record_files.RECORD_NAME
 FAILING = frozenset(o.value for o in Outcome if not o.ok)

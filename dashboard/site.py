@@ -22,7 +22,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from runner import models
+from ..runner import models
 
 from . import analysis, records, render
 from .records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file

@@ -20,8 +20,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner import record_files
-from runner.models import (
+from ..runner import record_files
+from ..runner.models import (
     SUITES,
     Outcome,
     RootCause,

@@ -4,4 +4,9 @@ The orchestrator side. Nothing in this package imports torch: torch lives only i
 the environment under test, which the runner drives through subprocesses.
 """
 
-__version__ = "0.1.0"
+from importlib import metadata
+
+try:
+    __version__ = metadata.version("ootci")
+except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+    __version__ = "0.0.0"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
-from . import __version__
+from . import __version__, registry
 from .errors import OotciError
 
 # Subcommand modules, in the order `ootci --help` lists them. Each has
@@ -29,9 +30,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Continuous integration for PyTorch's out-of-tree accelerator backends.",
     )
     parser.add_argument("--version", action="version", version=f"ootci {__version__}")
+    registry_help = (f"a directory of backend manifests (<dir>/<name>/backend.toml) to register besides "
+                     f"the bundled ones; repeatable, and added to ${registry.ENV}")
+    parser.add_argument("--registry", action="append", type=Path, default=[], metavar="DIR", help=registry_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f".commands.{name}", __package__).register(sub)
+    # Also accepted after the subcommand, where users put it (`ootci list --registry DIR`).
+    for command in sub.choices.values():
+        command.add_argument("--registry", action="append", type=Path, default=[], metavar="DIR",
+                             dest="registry_after", help=registry_help)
     return parser
 
 
@@ -42,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        registry.add_dirs([*args.registry, *getattr(args, "registry_after", [])])
         return int(args.func(args) or 0)
     except OotciError as exc:
         print(f"ootci: {exc.message}", file=sys.stderr)

@@ -1,4 +1,9 @@
-"""The backend registry: every `backends/<name>/backend.toml`."""
+"""The backend registry: every `<dir>/<name>/backend.toml` of the registry directories.
+
+The bundled directory (`backends/` in a checkout, `ootci/backends` in an installed
+wheel) comes first; `OOTCI_REGISTRY` (directories joined by the path separator) and
+`ootci --registry DIR` add an organisation's own backends after it.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,46 @@ import os
 from pathlib import Path
 
 from . import manifest as manifest_mod
-from .errors import UnknownBackendError
+from .errors import ManifestError, UnknownBackendError
 from .manifest import Manifest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = Path(__file__).resolve().parent.parent / "backends"
+ENV = "OOTCI_REGISTRY"
 
 
-def registry_dir() -> Path:
-    return Path(os.environ.get("OOTCI_REGISTRY", REPO_ROOT / "backends"))
+def registry_dirs() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+    seen: dict[Path, Path] = {}
+    for d in (BUNDLED, *extra):
+        seen.setdefault(d.resolve(), d)
+    return list(seen.values())
+
+
+def add_dirs(dirs: list[Path]) -> None:
+    """`--registry DIR`: in the environment, so that every ootci this one starts sees them too."""
+    if not dirs:
+        return
+    for d in dirs:
+        if not d.is_dir():
+            raise ManifestError(f"--registry {d}: not a directory")
+    joined = os.pathsep.join([os.environ.get(ENV, ""), *map(str, dirs)]).strip(os.pathsep)
+    os.environ[ENV] = joined
 
 
 def manifest_paths(root: Path | None = None) -> list[Path]:
-    root = root or registry_dir()
-    return sorted(root.glob("*/backend.toml"))
+    """Every registered manifest; a name registered in two directories is an error."""
+    found: dict[str, Path] = {}
+    for d in [root] if root else registry_dirs():
+        for path in sorted(d.glob("*/backend.toml")):
+            name = path.parent.name
+            if name in found:
+                raise ManifestError(f"backend '{name}' is registered twice: {found[name]} and {path}")
+            found[name] = path
+    return sorted(found.values(), key=lambda p: p.parent.name)
+
+
+def describe_dirs() -> str:
+    return ", ".join(str(d) for d in registry_dirs())
 
 
 def load_all(root: Path | None = None) -> list[Manifest]:
@@ -46,8 +78,12 @@ def resolve(name_or_path: str, root: Path | None = None) -> Manifest:
         if not file.is_file():
             raise UnknownBackendError(f"{file}: no such manifest")
         return manifest_mod.load(file)
-    for path in manifest_paths(root):
+    paths = manifest_paths(root)
+    for path in paths:
         if path.parent.name == name_or_path:
             return manifest_mod.load(path)
-    known = ", ".join(p.parent.name for p in manifest_paths(root)) or "none"
+    if not paths:
+        raise UnknownBackendError(f"unknown backend '{name_or_path}': the registry is empty "
+                                  f"(searched {root or describe_dirs()})")
+    known = ", ".join(p.parent.name for p in paths)
     raise UnknownBackendError(f"unknown backend '{name_or_path}' (registered: {known})")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import site
+import sysconfig
 from pathlib import Path
 
 from . import procs
@@ -56,3 +59,27 @@ def checkout(manifest: Manifest, cache: Path, *, log: Path, timeout: float) -> t
     if not package.is_dir():
         raise ManifestError(f"{manifest.path}: field 'source.subdir': {src.subdir!r} is not a directory in {src.git}")
     return package, head.output_tail.strip()
+
+
+def _installed_trees() -> list[Path]:
+    paths = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")} | set(site.getsitepackages())
+    return [Path(p).resolve() for p in paths]
+
+
+def buildable(source: Path, cache: Path) -> Path:
+    """A directory an in-tree build may write to. Sources inside an installed package (the
+    OpenReg copy an installed ootci carries) or in a read-only place are copied once per
+    tree hash into the cache, so a build never writes into site-packages."""
+    resolved = source.resolve()
+    installed = any(resolved.is_relative_to(tree) for tree in _installed_trees())
+    if not installed and os.access(resolved, os.W_OK):
+        return source
+    copy = cache / "src" / f"{resolved.name}-{tree_hash(resolved)}"
+    if not copy.is_dir():
+        staging = copy.with_name(copy.name + f".tmp{os.getpid()}")
+        shutil.copytree(resolved, staging, ignore=shutil.ignore_patterns(*IGNORED_DIRS, "*.egg-info", "*.so", "*.pyc"))
+        try:
+            staging.rename(copy)
+        except OSError:  # another run put it there first
+            shutil.rmtree(staging, ignore_errors=True)
+    return copy

@@ -28,7 +28,7 @@ def repo() -> Path:
 @pytest.fixture(scope="session")
 def torch_layer():
     """The cached venv with torch 2.13.0, numpy, pytest (never unpinned torch here)."""
-    from runner import envs
+    from ootci.runner import envs
 
     env, _ = envs.torch_layer([TORCH_SPEC], TORCH_SPEC)
     return env
@@ -41,7 +41,7 @@ def layer_torch(torch_layer) -> dict:
     Tests compare with this rather than with literals: `pip install torch==2.13.0` is the
     local CPU wheel (2.13.0+cpu) here, and may be another build of 2.13.0 elsewhere.
     """
-    from runner import envs
+    from ootci.runner import envs
 
     return envs.torch_info(torch_layer.python)
 
@@ -49,7 +49,7 @@ def layer_torch(torch_layer) -> dict:
 @pytest.fixture(scope="session")
 def make_env(torch_layer, tmp_path_factory):
     """make_env(*pip_args) -> Env: a fresh venv over the torch layer with pip_args installed."""
-    from runner import envs, procs
+    from ootci.runner import envs, procs
 
     def make(*pip_args: str, name: str = "env"):
         env = envs.layered_env(torch_layer, tmp_path_factory.mktemp(name) / "venv")

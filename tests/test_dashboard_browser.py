@@ -11,8 +11,8 @@ from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
 
-from dashboard import site, synthetic
-from runner import models
+from ootci.dashboard import site, synthetic
+from ootci.runner import models
 from tests.support.static_site import CHROMIUM_ARGS, chromium_path, serve
 
 pytestmark = pytest.mark.skipif(chromium_path() is None,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dashboard import render, site, synthetic
-from dashboard.store import safe_name
-from runner import record_files
-from runner.models import Outcome, RunRecord
+from ootci.dashboard import render, site, synthetic
+from ootci.dashboard.store import safe_name
+from ootci.runner import record_files
+from ootci.runner.models import Outcome, RunRecord
 
 SCENARIOS = {s.name: s for s in synthetic.default_scenarios()}
 
@@ -222,7 +222,7 @@ def test_bad_records_are_skipped_with_file_and_field(tmp_path):
     assert "3 records skipped" in (out / "index.html").read_text()
 
     # Through the CLI: still exit 0, one warning line per record, no traceback.
-    proc = subprocess.run([sys.executable, "-m", "runner", "dashboard", "build", "--data", str(data),
+    proc = subprocess.run([sys.executable, "-m", "ootci.runner", "dashboard", "build", "--data", str(data),
                            "--out", str(tmp_path / "site2")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("ootci: warning: skipped ") == 3 and "Traceback" not in proc.stderr
@@ -293,8 +293,8 @@ def test_test_row_matches_test_result():
     """The dashboard validates tests.json as TestRow dicts: the same fields as TestResult."""
     from typing import get_type_hints
 
-    from dashboard.records import TestRow
-    from runner.models import TestResult
+    from ootci.dashboard.records import TestRow
+    from ootci.runner.models import TestResult
 
     fields = TestResult.model_fields
     assert set(get_type_hints(TestRow)) == set(fields)
@@ -353,12 +353,12 @@ def test_unsafe_names_become_safe_paths(tmp_path):
 
 
 def test_cli_reports_usage_errors_in_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "runner", "dashboard", "build", "--data", str(tmp_path),
+    proc = subprocess.run([sys.executable, "-m", "ootci.runner", "dashboard", "build", "--data", str(tmp_path),
                            "--out", str(tmp_path / "site"), "--run-pages", "lots"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "ootci: --run-pages: expected a number or 'all', got 'lots'"
-    proc = subprocess.run([sys.executable, "-m", "runner", "dashboard", "build", "--data", str(tmp_path / "nope"),
+    proc = subprocess.run([sys.executable, "-m", "ootci.runner", "dashboard", "build", "--data", str(tmp_path / "nope"),
                            "--out", str(tmp_path / "site")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip() == f"ootci: --data {tmp_path / 'nope'}: no such directory"
 
@@ -367,7 +367,7 @@ def test_dashboard_never_imports_torch(tmp_path):
     data = tmp_path / "runs"
     write_nights(data, "openreg", range(0, 2))
     code = ("import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
-            "from runner.cli import main\n"
+            "from ootci.runner.cli import main\n"
             f"raise SystemExit(main(['dashboard', 'build', '--data', {str(data)!r}, '--out', {str(tmp_path / 's')!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
@@ -407,15 +407,15 @@ def test_changed_record_replaces_its_page(tmp_path):
 
 def test_records_of_a_real_ootci_run(tmp_path):
     """`ootci run` against an interpreter without torch writes a real failing record."""
-    from runner import registry
+    from ootci.runner import registry
 
     name = registry.load_all()[0].name
     runs, out = tmp_path / "runs", tmp_path / "site"
-    run = subprocess.run([sys.executable, "-m", "runner", "run", name, "--torch", "installed",
+    run = subprocess.run([sys.executable, "-m", "ootci.runner", "run", name, "--torch", "installed",
                           "--python", sys.executable, "--out", str(runs)],
                          capture_output=True, text=True, timeout=300)
     assert list(runs.glob("*/record.json")), run.stdout + run.stderr
-    proc = subprocess.run([sys.executable, "-m", "runner", "dashboard", "build", "--data", str(runs),
+    proc = subprocess.run([sys.executable, "-m", "ootci.runner", "dashboard", "build", "--data", str(runs),
                            "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     latest = json.loads((out / "api" / "latest.json").read_text())["backends"]

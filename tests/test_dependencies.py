@@ -14,7 +14,7 @@ from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_SIDE = [REPO / "runner" / "suites", REPO / "runner" / "probes"]
-OWN = {"runner", "dashboard"}
+OWN = {"ootci", "runner", "dashboard"}
 
 
 def top_level_imports(path: Path) -> set[str]:

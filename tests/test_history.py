@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
+from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
 from tests.support.cli import ootci
 
 STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
@@ -139,7 +139,7 @@ def test_pull_starts_an_empty_history_then_clones_what_was_pushed(tmp_path, bare
 
 
 def test_push_token_travels_in_environment_config_not_argv_or_git_config(monkeypatch):
-    from runner.commands.history import _auth_env
+    from ootci.runner.commands.history import _auth_env
 
     monkeypatch.delenv("GIT_CONFIG_COUNT", raising=False)
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_example")

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from packaging.tags import sys_tags
 
-from runner import torch_acquire, torch_index, torchspec
-from runner.errors import IndexError_
+from ootci.runner import torch_acquire, torch_index, torchspec
+from ootci.runner.errors import IndexError_
 
 REPO = Path(__file__).resolve().parent.parent
 OOTCI = REPO / ".venv" / "bin" / "ootci"

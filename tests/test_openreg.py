@@ -18,8 +18,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # works under any --import-mode
 from support import target_pytest  # noqa: E402
 
-from runner.envs import cache_root  # noqa: E402
-from runner.stages.build import with_ccache  # noqa: E402
+from ootci.runner.envs import cache_root  # noqa: E402
+from ootci.runner.stages.build import with_ccache  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BACKEND = REPO / "backends" / "openreg"

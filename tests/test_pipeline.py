@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.models import RunRecord, Status
+from ootci.runner.models import RunRecord, Status
 from tests.support.cli import OOTCI, ootci
 from tests.support.records import only_record, records_under
 

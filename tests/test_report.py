@@ -6,8 +6,8 @@ import datetime as dt
 import io
 import time
 
-from runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
-from runner.report import Reporter, markdown_summary
+from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
+from ootci.runner.report import Reporter, markdown_summary
 
 
 def record() -> RunRecord:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from runner import procs, rootcause
+from ootci.runner import procs, rootcause
 
 
 def run_python(code: str, timeout: float = 30) -> procs.ProcResult:

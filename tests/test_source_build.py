@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import envs, torch_acquire, torch_source, torchspec
-from runner.errors import IndexError_, TorchSpecError
+from ootci.runner import envs, torch_acquire, torch_source, torchspec
+from ootci.runner.errors import IndexError_, TorchSpecError
 
 REPO = Path(__file__).resolve().parent.parent
 OOTCI = REPO / ".venv" / "bin" / "ootci"

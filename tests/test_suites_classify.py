@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from runner import classify, manifest, models
-from runner.errors import ManifestError
-from runner.models import Outcome
-from runner.suite_runner import SUITES_DIR
+from ootci.runner import classify, manifest, models
+from ootci.runner.errors import ManifestError
+from ootci.runner.models import Outcome
+from ootci.runner.suite_runner import SUITES_DIR
 
 
 def _manifest(tmp_path: Path, extra: str) -> manifest.Manifest:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from runner import envs, procs, record_files
-from runner.models import Outcome, Status
+from ootci.runner import envs, procs, record_files
+from ootci.runner.models import Outcome, Status
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_PARTIAL = REPO / "tests" / "fixtures" / "backends" / "cpu-partial" / "backend.toml"
@@ -26,7 +26,7 @@ ISOLATION_PROBE = '''
 import json, os, sys
 
 def pytest_sessionfinish(session):
-    leaked = sorted(m for m in sys.modules if m.split(".")[0] in ("runner", "pydantic"))
+    leaked = sorted(m for m in sys.modules if m.split(".")[0] in ("ootci", "runner", "pydantic"))
     with open(os.environ["ISOLATION_REPORT"], "w") as f:
         json.dump(leaked, f)
 '''
@@ -34,7 +34,7 @@ def pytest_sessionfinish(session):
 
 def ootci_test(python: Path, backend: str | Path, suite: str, out: Path, *extra: str, env: dict | None = None):
     done = subprocess.run(
-        [sys.executable, "-m", "runner", "test", "--python", str(python), "--backend", str(backend),
+        [sys.executable, "-m", "ootci.runner", "test", "--python", str(python), "--backend", str(backend),
          "--suite", suite, "--out", str(out), *extra],
         capture_output=True, text=True, timeout=900, cwd=REPO, env=dict(os.environ, **(env or {})),
     )
@@ -172,7 +172,7 @@ def test_ootci_test_default_out_is_resolved_once_against_the_working_directory(t
     suite_dir = REPO / "runner" / "suites" / "smoke"
     before = sorted(p for p in suite_dir.rglob("*") if "__pycache__" not in p.parts)
     done = subprocess.run(
-        [sys.executable, "-m", "runner", "test", "--python", str(torch_layer.python), "--backend", str(CPU_PARTIAL),
+        [sys.executable, "-m", "ootci.runner", "test", "--python", str(torch_layer.python), "--backend", str(CPU_PARTIAL),
          "--suite", "smoke"],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=str(REPO)),

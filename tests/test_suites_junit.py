@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from runner import junit
-from runner import models
-from runner.models import Outcome
-from runner.suite_runner import SUITES_DIR
+from ootci.runner import junit
+from ootci.runner import models
+from ootci.runner.models import Outcome
+from ootci.runner.suite_runner import SUITES_DIR
 
 SYNTHETIC = Path(__file__).parent / "fixtures" / "backends" / "synthetic" / "suite"
 

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from runner import junit, manifest, record_files, suite_runner
-from runner.models import Outcome, Status
+from ootci.runner import junit, manifest, record_files, suite_runner
+from ootci.runner.models import Outcome, Status
 
 FIXTURES = Path(__file__).parent / "fixtures" / "backends"
 SYNTHETIC = FIXTURES / "synthetic" / "backend.toml"
 
 
 def ootci(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "ootci.runner", *args], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, **(env or {})), cwd=Path(__file__).parent.parent)
 
 
@@ -191,8 +191,8 @@ def test_the_suite_time_limit_names_the_test_it_stopped(torch_layer, tmp_path):
 
 
 def test_vendor_suites_keep_the_integration_stage_on():
-    from runner import pipeline
-    from runner.stages import RunOptions
+    from ootci.runner import pipeline
+    from ootci.runner.stages import RunOptions
 
     m = manifest.load(SYNTHETIC)
     assert not m.suites.integration and m.suites.vendor

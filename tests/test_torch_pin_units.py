@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from runner import classify, rootcause, torch_pin, wheel_metadata
-from runner.commands.registry import left_out, matrix_entries
-from runner.manifest import ExpectedFailure
-from runner.models import Outcome, TorchInfo, reproduce_command
-from runner.models import TestResult as Result
-from runner.registry import resolve
+from ootci.runner import classify, rootcause, torch_pin, wheel_metadata
+from ootci.runner.commands.registry import left_out, matrix_entries
+from ootci.runner.manifest import ExpectedFailure
+from ootci.runner.models import Outcome, TorchInfo, reproduce_command
+from ootci.runner.models import TestResult as Result
+from ootci.runner.registry import resolve
 
 UNDER_TEST = torch_pin.TorchUnderTest(version="2.14.0+cu130", dist_version="2.14.0",
                                       git_version="08187d9e0fba026dc8217405802ab5381dc88d90",

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from runner import torch_pin
-from runner.models import RunRecord, Status
-from runner.verify import ABI_HINT
+from ootci.runner import torch_pin
+from ootci.runner.models import RunRecord, Status
+from ootci.runner.verify import ABI_HINT
 from tests.support import real_wheels
 from tests.support.cli import ootci
 from tests.support.records import only_record

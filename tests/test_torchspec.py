@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from packaging.tags import sys_tags
 
-from runner import torch_acquire, torchspec
-from runner.errors import TorchSpecError, UsageError
+from ootci.runner import torch_acquire, torchspec
+from ootci.runner.errors import TorchSpecError, UsageError
 
 REPO = Path(__file__).resolve().parent.parent
 OOTCI = REPO / ".venv" / "bin" / "ootci"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from runner import manifest as manifest_mod
-from runner.models import Status
-from runner.verify import verify
+from ootci.runner import manifest as manifest_mod
+from ootci.runner.models import Status
+from ootci.runner.verify import verify
 from support.fixture_backends import backend_env_factory, build_wheels, manifest_path
 
 pytestmark = pytest.mark.slow
@@ -206,9 +206,9 @@ def test_stdout_flood_neither_confuses_nor_bloats_the_result(backend_env):
 def test_autoload_stage_records_the_verification(backend_env, tmp_path):
     import datetime as dt
 
-    from runner.models import RunRecord, TorchInfo
-    from runner.stages import autoload
-    from runner.stages.base import RunContext, RunOptions
+    from ootci.runner.models import RunRecord, TorchInfo
+    from ootci.runner.stages import autoload
+    from ootci.runner.stages.base import RunContext, RunOptions
 
     manifest = manifest_mod.load(manifest_path("raises"))
     env = backend_env("raises")

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from runner import rootcause
-from runner.verify import PROBES
+from ootci.runner import rootcause
+from ootci.runner.verify import PROBES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -90,8 +90,8 @@ def test_probes_never_import_the_runner_package():
     assert {p.name for p in scripts} >= {"entry_points.py", "autoload_on.py", "autoload_off.py", "imports.py", "_probe.py"}
     for script in scripts:
         text = script.read_text()
-        assert "import runner" not in text and "from runner" not in text and "pydantic" not in text.replace(
-            "pull pydantic", ""), script
+        imported = set(re.findall(r"^\s*(?:from|import) ([\w.]+)", text, re.M))
+        assert not {m for m in imported if m.split(".")[0] in {"ootci", "runner", "dashboard", "pydantic"}}, script
 
 
 def test_entry_points_probe_runs_without_torch(tmp_path):
@@ -100,23 +100,3 @@ def test_entry_points_probe_runs_without_torch(tmp_path):
                          text=True, timeout=60, env=dict(os.environ, OOTCI_PROBE_NONCE="n1"))
     line = next(l for l in out.stdout.splitlines() if l.startswith("@@OOTCI-PROBE:n1@@ "))
     assert '"torch_found": false' in line and '"phase": "entry_points"' in line
-
-
-@pytest.mark.slow
-def test_probes_ship_in_the_wheel(tmp_path, torch_layer):
-    import shutil
-
-    src = tmp_path / "src"
-    shutil.copytree(REPO / "runner", src / "runner", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, src / name)
-    if (REPO / "dashboard").is_dir():
-        shutil.copytree(REPO / "dashboard", src / "dashboard", ignore=shutil.ignore_patterns("__pycache__"))
-    # The torch layer has setuptools and wheel; the orchestrator's venv need not.
-    result = subprocess.run([str(torch_layer.python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                             "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    wheel = next((tmp_path / "dist").glob("ootci-*.whl"))
-    names = set(zipfile.ZipFile(wheel).namelist())
-    for probe in ("entry_points.py", "autoload_on.py", "autoload_off.py", "imports.py", "_probe.py"):
-        assert f"runner/probes/{probe}" in names

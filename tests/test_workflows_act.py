@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import record_files
-from runner.models import RunRecord, Status
+from ootci.runner import record_files
+from ootci.runner.models import RunRecord, Status
 from tests.support import real_wheels
 from tests.support.act_harness import act_binary, prepare, run_act
 
@@ -32,7 +32,7 @@ needs_openreg = pytest.mark.skipif(not (REPO / "backends" / BACKEND / "backend.t
 
 
 def _has_command(name: str) -> bool:
-    from runner import cli
+    from ootci.runner import cli
     return name in cli.COMMANDS
 
 

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from dashboard import site
+    from ...dashboard import site
 
     if args.run_pages is None:
         run_pages = site.DEFAULT_RUN_PAGES

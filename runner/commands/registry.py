@@ -40,6 +40,9 @@ def _selected(names: list[str]) -> list[manifest_mod.Manifest]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     manifests = registry.load_all()
+    if not manifests:
+        print(f"ootci: no backends registered (searched {registry.describe_dirs()})", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps([{"name": m.name, "device": m.device, "distribution": m.distribution,
                            "source": m.source.kind, "description": m.description} for m in manifests], indent=2))

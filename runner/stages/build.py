@@ -71,6 +71,7 @@ def run(ctx: RunContext) -> StageResult:
         if not source_dir.is_dir():
             return config_failure(NAME, f"{m.path}: field 'source.path': {source_dir} is not a directory")
         source_id = sources.tree_hash(source_dir)
+        source_dir = sources.buildable(source_dir, ctx.cache)
     elif m.source.kind == "git":
         source_dir, commit = sources.checkout(m, ctx.cache, log=log, timeout=m.timeouts.build)
         source_id = f"{commit}:{m.source.subdir}"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner import record_files
-from runner.models import RunRecord
+from ootci.runner import record_files
+from ootci.runner.models import RunRecord
 
 
 def records_under(out: Path) -> list[RunRecord]:

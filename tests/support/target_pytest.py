@@ -62,7 +62,7 @@ def ensure_layered_env(root: Path, layer, installs: list[list[str]], stamp: str,
     """A venv at `root` over the shared torch layer (runner/envs.py), with each
     `pip install` argument list of `installs` applied; rebuilt only when `stamp`
     (e.g. a hash of the sources being installed) differs from the last success."""
-    from runner import envs
+    from ootci.runner import envs
 
     marker = root / ".ootci-stamp"
     python = venv_python(root)

@@ -1,0 +1,125 @@
+"""ootci as an installed tool: the wheel, in a fresh venv, used outside any checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ootci.runner import cli, registry
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run(argv, *, cwd, env=None, timeout=900) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
+                  "-w", out, REPO], cwd=REPO)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (path,) = out.glob("ootci-*.whl")
+    return path
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> dict:
+    """A fresh venv with the wheel (and its declared dependencies only) and a directory far
+    from the checkout to run it in."""
+    venv = tmp_path_factory.mktemp("user") / "venv"
+    assert _run([sys.executable, "-m", "venv", venv], cwd=venv.parent).returncode == 0
+    done = _run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel],
+                cwd=venv.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", registry.ENV, "VIRTUAL_ENV"}}
+    return {"ootci": venv / "bin" / "ootci", "python": venv / "bin" / "python", "cwd": elsewhere, "env": env}
+
+
+def test_the_wheel_installs_one_top_level_package(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        top = next(n for n in names if n.endswith("top_level.txt"))
+        assert z.read(top).decode().split() == ["ootci"]
+        build = json.loads(z.read("ootci/runner/_build.json"))
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"ootci"}
+    # The registry, its schema, and OpenReg's sources, but no build products of the checkout.
+    assert {"ootci/backends/openreg/backend.toml", "ootci/backends/ascend-npu/backend.toml",
+            "ootci/backends/backend.schema.json", "ootci/backends/openreg/setup.py",
+            "ootci/backends/openreg/csrc/runtime/Generator.cpp",
+            "ootci/runner/suites/smoke/pytest.ini", "ootci/dashboard/templates/run.html.j2",
+            *(f"ootci/runner/probes/{probe}" for probe in ("entry_points.py", "autoload_on.py", "autoload_off.py",
+                                                            "imports.py", "_probe.py"))} <= set(names)
+    assert not [n for n in names if "/build/" in n or n.endswith((".so", ".pyc"))]
+    head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert build["commit"] == head
+
+
+def test_list_and_show_work_outside_the_checkout(installed):
+    listed = _run([installed["ootci"], "list", "--json"], cwd=installed["cwd"], env=installed["env"])
+    assert listed.returncode == 0, listed.stderr
+    assert {b["name"] for b in json.loads(listed.stdout)} >= {"openreg", "ascend-npu", "gaudi-hpu"}
+    shown = _run([installed["ootci"], "show", "openreg", "--json"], cwd=installed["cwd"], env=installed["env"])
+    assert shown.returncode == 0, shown.stderr
+    manifest = Path(json.loads(shown.stdout)["manifest"])
+    assert manifest.is_relative_to(installed["python"].parent.parent) and "site-packages" in manifest.parts
+    # Nothing named runner or dashboard is importable at the top level of the user's venv.
+    probe = _run([installed["python"], "-c", "import importlib.util as u; print(u.find_spec('runner'), "
+                  "u.find_spec('dashboard'))"], cwd=installed["cwd"], env=installed["env"])
+    assert probe.stdout.split() == ["None", "None"]
+
+
+def test_an_organisations_registry_is_added(installed, tmp_path):
+    org = tmp_path / "org"
+    (org / "acme").mkdir(parents=True)
+    (org / "acme" / "backend.toml").write_text((REPO / "backends/ascend-npu/backend.toml").read_text()
+                                               .replace('name = "ascend-npu"', 'name = "acme"'))
+    by_flag = _run([installed["ootci"], "list", "--registry", org], cwd=installed["cwd"], env=installed["env"])
+    assert by_flag.returncode == 0, by_flag.stderr
+    by_env = _run([installed["ootci"], "list"], cwd=installed["cwd"],
+                  env=dict(installed["env"], OOTCI_REGISTRY=str(org)))
+    for out in (by_flag.stdout, by_env.stdout):
+        assert [line.split()[0] for line in out.splitlines()] == ["acme", "ascend-npu", "gaudi-hpu", "openreg"]
+    (org / "openreg").mkdir()
+    (org / "openreg" / "backend.toml").write_text((REPO / "backends/openreg/backend.toml").read_text())
+    clash = _run([installed["ootci"], "list", "--registry", org], cwd=installed["cwd"], env=installed["env"])
+    assert clash.returncode != 0 and "backend 'openreg' is registered twice" in clash.stderr
+    assert "Traceback" not in clash.stderr
+
+
+@pytest.mark.slow
+def test_run_openreg_from_the_installed_wheel(installed, tmp_path):
+    """OpenReg is built from the copy the wheel carries, copied out of site-packages first."""
+    env = dict(installed["env"], OOTCI_CACHE=os.environ["OOTCI_CACHE"])
+    run = _run([installed["ootci"], "run", "openreg", "--torch", "2.13.0", "--suites", "none",
+                "--out", tmp_path / "runs"], cwd=installed["cwd"], env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (record_file,) = (tmp_path / "runs").glob("*/record.json")
+    record = json.loads(record_file.read_text())
+    stages = {s["name"]: s["status"] for s in record["stages"]}
+    assert stages["build"] == stages["install"] == stages["autoload"] == "passed", stages
+    bundled = next(installed["python"].parent.parent.glob("lib/python*/site-packages/ootci/backends/openreg"))
+    assert not (bundled / "build").exists() and not list(bundled.glob("*.egg-info"))
+
+
+def test_an_empty_registry_is_said_out_loud(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(registry, "BUNDLED", tmp_path)
+    monkeypatch.delenv(registry.ENV, raising=False)
+    assert cli.main(["list"]) == 1
+    assert f"no backends registered (searched {tmp_path})" in capsys.readouterr().err
+    assert cli.main(["run", "openreg", "--torch", "2.13.0"]) != 0
+    assert f"the registry is empty (searched {tmp_path})" in capsys.readouterr().err
+
+
+def test_registry_flag_rejects_a_missing_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(registry.ENV, raising=False)
+    assert cli.main(["list", "--registry", str(tmp_path / "nope")]) != 0
+    assert f"--registry {tmp_path / 'nope'}: not a directory" in capsys.readouterr().err
