@@ -17,6 +17,7 @@ from pathlib import Path
 
 from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 ROOT = Path(__file__).resolve().parent
 CODE = ("runner", "dashboard")
@@ -37,19 +38,28 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+def write_build_info(target: Path) -> None:
+    commit = git_commit()
+    if commit is None:  # building from an sdist: it carries the file the sdist's build wrote
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps({"commit": commit}) + "\n")
+
+
 class BuildPyWithCommit(build_py):
     def run(self) -> None:
         super().run()
-        commit = git_commit()
-        if commit is None:  # an sdist: it carries the file its own build wrote
-            return
-        target = Path(self.build_lib) / "ootci" / BUILD_INFO
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps({"commit": commit}) + "\n")
+        write_build_info(Path(self.build_lib) / "ootci" / BUILD_INFO)
+
+
+class SdistWithCommit(sdist):
+    def make_release_tree(self, base_dir, files) -> None:
+        super().make_release_tree(base_dir, files)
+        write_build_info(Path(base_dir) / BUILD_INFO)
 
 
 setup(
     packages=packages(),
     package_dir={"ootci." + name: name for name in (*CODE, "backends")},
-    cmdclass={"build_py": BuildPyWithCommit},
+    cmdclass={"build_py": BuildPyWithCommit, "sdist": SdistWithCommit},
 )

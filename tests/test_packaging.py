@@ -22,10 +22,15 @@ def _run(argv, *, cwd, env=None, timeout=900) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
-                  "-w", out, REPO], cwd=REPO)
-    assert built.returncode == 0, built.stderr[-3000:]
+    """The wheel release.yml publishes: built from the sdist, as `python -m build` does.
+    release.yml hands its own in through OOTCI_DIST (a directory with one wheel)."""
+    if os.environ.get("OOTCI_DIST"):
+        out = Path(os.environ["OOTCI_DIST"])
+    else:
+        out = tmp_path_factory.mktemp("dist")
+        built = _run([sys.executable, "-m", "build", "--outdir", out, REPO], cwd=REPO)
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        assert len(list(out.glob("ootci-*.tar.gz"))) == 1
     (path,) = out.glob("ootci-*.whl")
     return path
 

@@ -44,7 +44,7 @@ def relative(paths: list[Path]) -> list[str]:
 
 
 def test_there_is_a_workflow_and_an_action_for_every_part():
-    assert {p.stem for p in WORKFLOWS} == {"backend", "build-torch", "nightly", "pytorch-pr", "ci"}
+    assert {p.stem for p in WORKFLOWS} == {"backend", "build-torch", "nightly", "pytorch-pr", "ci", "release"}
     assert {p.parent.name for p in ACTIONS} >= {"setup", "get-torch", "build-backend", "verify-autoload",
                                                 "run-suites", "publish-results"}
 
@@ -136,6 +136,12 @@ def test_remote_actions_are_skipped_under_act(path):
             assert "!env.ACT" in str(step.get("if", "")), f"{path.name}: {uses} runs under act"
 
 
+PRIVILEGED_JOBS = {
+    "deploy": ["actions/configure-pages", "actions/deploy-pages"],
+    "publish": ["actions/download-artifact", "pypa/gh-action-pypi-publish"],
+}
+
+
 @pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
 def test_least_privilege_permissions(path):
     doc = load(path)
@@ -144,9 +150,9 @@ def test_least_privilege_permissions(path):
     for name, job in doc["jobs"].items():
         granted = job.get("permissions", {})
         if "pages" in granted or "id-token" in granted:
-            assert name == "deploy", f"{path.name}: job {name} gets pages/id-token"
-            assert [s["uses"].split("@")[0] for s in job["steps"]] == ["actions/configure-pages",
-                                                                        "actions/deploy-pages"]
+            # Only two jobs may mint tokens, and they run nothing of their own.
+            assert name in PRIVILEGED_JOBS, f"{path.name}: job {name} gets pages/id-token"
+            assert [s["uses"].split("@")[0] for s in job["steps"]] == PRIVILEGED_JOBS[name]
         assert set(granted.values()) <= {"read", "write"}
 
 
@@ -175,3 +181,16 @@ def test_vendor_example_is_one_short_job_using_only_declared_inputs():
 def test_docs_show_the_example_file_exactly():
     docs = (REPO / "docs" / "workflows.md").read_text()
     assert EXAMPLE.read_text() in docs
+
+
+def test_release_publishes_only_a_tested_tag_with_trusted_publishing():
+    doc = load(REPO / ".github" / "workflows" / "release.yml")
+    build, publish = doc["jobs"]["build"], doc["jobs"]["publish"]
+    assert doc["on"]["push"] == {"tags": ["v*"]}
+    assert publish["needs"] == "build" and "startsWith(github.ref, 'refs/tags/v')" in publish["if"]
+    assert publish["permissions"] == {"id-token": "write"}
+    assert not any("password" in step.get("with", {}) for step in publish["steps"]), "trusted publishing takes no token"
+    checkout = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0, "setuptools-scm needs the tags"
+    test = next(s for s in build["steps"] if "tests/test_packaging.py" in s.get("run", ""))
+    assert test["env"]["OOTCI_DIST"] == "dist"
