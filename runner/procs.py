@@ -7,10 +7,12 @@ only a bounded tail kept in memory, and the way it ended classified.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -189,3 +191,18 @@ def python_argv(python: Path | str, *args: str) -> list[str]:
 
 def this_python() -> str:
     return sys.executable
+
+
+@functools.cache
+def neutral_dir() -> Path:
+    """An empty working directory for code run in the environment under test. From the
+    orchestrator's own working directory (a vendor's checkout, with the backend's package
+    at its root), `python -c` and `python -m` would import that source tree instead of
+    the installed wheel. Environments get PYTHONSAFEPATH=1 as well (target_env)."""
+    return Path(tempfile.mkdtemp(prefix="ootci-cwd-"))
+
+
+def target_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` for an interpreter of the environment under test: neither the working directory
+    nor a script's directory goes on sys.path (Python 3.11+; older ones ignore it)."""
+    return {**env, "PYTHONSAFEPATH": "1"}

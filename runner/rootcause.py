@@ -52,6 +52,9 @@ HINTS: list[tuple[re.Pattern, str]] = [
      "declare `<name> = <module>:<function>` in group torch.backends (see the autoload tutorial)"),
     (re.compile(r"not loaded by .import torch."),
      "torch did not load the backend: its entry point is missing or another one failed first"),
+    (re.compile(r"a same-named directory of a source tree"),
+     "the checkout shadows the installed package: keep it off sys.path (run from elsewhere; for pytest, "
+     "--import-mode=importlib or no __init__.py above the tests) or use a src/ layout"),
     (re.compile(r"loaded the backend although autoload is off"),
      "the backend is imported by something else (a .pth file or sitecustomize): autoload=0 must not load it"),
 ]
@@ -168,7 +171,7 @@ def from_proc(result: ProcResult, *, what: str = "process", culprit: str | None 
         return RootCause(kind="exception", summary=summary[:500], exception_type=exc_type, message=message[:2000],
                          exit_code=result.returncode, hint=hint_for(summary), culprit=culprit)
     last = next((l.strip() for l in reversed(result.output_tail.splitlines()) if l.strip()), "")
-    summary = f"{what} exited with code {result.returncode}" + (f": {last[:300]}" if last else "")
+    summary = f"{what} exited with code {result.returncode}" + (f": {last[:500]}" if last else "")
     return RootCause(kind="exit_code", summary=summary, exit_code=result.returncode,
                      hint=hint_for(result.output_tail), culprit=culprit)
 

@@ -38,6 +38,7 @@ from .manifest import Manifest, VendorSuite
 from .models import SUITES, Outcome, RootCause, StageResult, Status, TestResult
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
+PROBES_DIR = Path(__file__).resolve().parent / "probes"
 PLUGIN = "ootci_plugin"
 MAX_RESUMES = 25
 XDIST_MIN_TESTS = 100
@@ -229,7 +230,9 @@ class SuiteRunner:
 
     def _env(self) -> dict[str, str]:
         env = dict(self.base_env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SUITES_DIR), env.get("PYTHONPATH", "")) if p)
+        # The plugin, and the probes' _probe module it shares (the source-tree check).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SUITES_DIR), str(PROBES_DIR), env.get("PYTHONPATH", ""))
+                                            if p)
         # The suites live in the ootci checkout (or its site-packages): keep them clean.
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["OOTCI_DEVICE"] = self.manifest.device
@@ -282,8 +285,10 @@ class SuiteRunner:
                 exclude_file = raw_dir / f"exclude-{attempt}-{round_no}.txt"
                 exclude_file.write_text("".join(f"{i}\n" for i in sorted(skip)))
                 argv += ["--ootci-exclude", str(exclude_file)]
-            proc = procs.run(argv, timeout=self._remaining(), log=self.log, env=self._env(), cwd=spec.cwd,
-                             on_line=self.on_line)
+            # `python -m pytest` would put the working directory (a vendor's checkout) first on
+            # sys.path; the installed backend must be the one imported.
+            proc = procs.run(argv, timeout=self._remaining(), log=self.log, env=procs.target_env(self._env()),
+                             cwd=spec.cwd, on_line=self.on_line)
             ended_at = time.time()
             parsed = junit.parse(xml)
             for case in parsed.cases:

@@ -92,16 +92,38 @@ class Runner:
     timeout: float
     log: Path | None = None
     _log_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Set when a probe that imports the backend ran into its time limit: every later one
+    # would hang the same way, so a hanging backend costs one limit, not one per probe.
+    hung: str | None = None
 
     def env(self, autoload: bool | None, nonce: str) -> dict[str, str]:
-        env = dict(os.environ, OOTCI_PROBE_NONCE=nonce, PYTHONFAULTHANDLER="1")
+        env = procs.target_env(dict(os.environ, OOTCI_PROBE_NONCE=nonce, PYTHONFAULTHANDLER="1"))
+        # The probes import their shared _probe module, which safe-path mode no longer finds
+        # beside the script by itself.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.fspath(PROBES), env.get("PYTHONPATH", "")) if p)
         if autoload is None:
             env.pop(SWITCH, None)
         else:
             env[SWITCH] = "1" if autoload else "0"
         return env
 
-    def probe(self, script: str, *args: str, autoload: bool | None = True, timeout: float | None = None) -> Probe:
+    def _not_started(self, argv: list[str]) -> procs.ProcResult | None:
+        if self.hung is None:
+            return None
+        return procs.ProcResult(argv=argv, returncode=None, duration_s=0.0, timed_out=False, output_tail="",
+                                extra={"not_started": self.hung})
+
+    def _note_hang(self, result: procs.ProcResult, what: str) -> None:
+        if result.timed_out and self.hung is None:
+            self.hung = f"the backend hung in an earlier probe ({what} timed out after {result.timeout_s:g} s)"
+
+    def probe(self, script: str, *args: str, autoload: bool | None = True, timeout: float | None = None,
+              imports_backend: bool = True) -> Probe:
+        """imports_backend=False: the probe loads none of the backends under verification (the
+        inventory, a neighbour's entry point alone), so a hang of theirs does not stop it."""
+        imports_backend = imports_backend and script != "entry_points.py"
+        if imports_backend and (skipped := self._not_started([script, *args])) is not None:
+            return Probe(skipped, {})
         timeout = timeout or self.timeout
         nonce = secrets.token_hex(8)
         tag = f"{MARKER}:{nonce}@@ "
@@ -127,8 +149,10 @@ class Runner:
             argv += ["--deadline", f"{deadline:.1f}"]
         started = time.monotonic()
         result = procs.run(argv, timeout=timeout, env=self.env(autoload, nonce), on_line=on_line,
-                           tail_bytes=PROBE_TAIL)
+                           tail_bytes=PROBE_TAIL, cwd=procs.neutral_dir())
         self._record(result, autoload)
+        if imports_backend:
+            self._note_hang(result, script.removesuffix(".py"))
         return Probe(result, phases)
 
     def timed_import(self, *, autoload: bool) -> tuple[float | None, procs.ProcResult]:
@@ -143,15 +167,22 @@ class Runner:
                 arrived.append(time.monotonic() - started)
 
         code = f"import torch, os; os.write(1, b'\\n{tag}\\n')"
+        if (skipped := self._not_started(["-c", code])) is not None:
+            return None, skipped
         result = procs.run(procs.python_argv(self.python, "-c", code), timeout=self.timeout,
-                           env=self.env(autoload, nonce), on_line=on_line, tail_bytes=PROBE_TAIL)
+                           env=self.env(autoload, nonce), on_line=on_line, tail_bytes=PROBE_TAIL,
+                           cwd=procs.neutral_dir())
         self._record(result, autoload)
+        self._note_hang(result, "timed import torch")
         return (arrived[0] if arrived and result.ok else None), result
 
     def command(self, code: str, *, autoload: bool) -> procs.ProcResult:
+        if (skipped := self._not_started(["-c", code])) is not None:
+            return skipped
         result = procs.run(procs.python_argv(self.python, "-c", code), timeout=self.timeout,
-                           env=self.env(autoload, "-"), tail_bytes=PROBE_TAIL)
+                           env=self.env(autoload, "-"), tail_bytes=PROBE_TAIL, cwd=procs.neutral_dir())
         self._record(result, autoload)
+        self._note_hang(result, "python -c")
         return result
 
     def _record(self, result: procs.ProcResult, autoload: bool | None) -> None:
@@ -386,6 +417,11 @@ class _Verifier:
             checks.append(_timed(lambda: self._neighbours_check(pool, plain, off_runs)))
             first_off = off_runs[self.targets[0].ep_name] if self.targets else None
             checks.append(_timed(lambda: self._import_cost_check(pool, plain, on_run, first_off)))
+        for check in checks:
+            # A check whose probe never started says so, and blames nothing: the check that
+            # hung carries the root cause.
+            if check.status is Status.blocked and check.root_cause is not None and check.root_cause.kind == "blocked":
+                check.detail, check.root_cause = f"not run: {check.root_cause.summary}", None
         return checks
 
     def _autoload_on(self) -> Probe:
@@ -413,6 +449,8 @@ class _Verifier:
 
     def _outcome(self, probe: Probe, phase: str, what: str) -> tuple[Status, RootCause | None]:
         """passed, or how the phase failed: its exception, or how the process ended before reporting it."""
+        if "not_started" in probe.proc.extra:
+            return Status.blocked, RootCause(kind="blocked", summary=probe.proc.extra["not_started"])
         data = probe.get(phase)
         if data is not None:
             if data.get("ok"):
@@ -476,6 +514,12 @@ class _Verifier:
             return CheckResult(name=name, status=Status.failed, detail=summary, data=data,
                                root_cause=rootcause.missing(summary, culprit=t.ep_name,
                                                             hint="the package does not ship the module its entry point names"))
+        shadowed = entry.get("shadowed")
+        if shadowed:
+            summary = source_tree_shadowing(shadowed)
+            return CheckResult(name=name, status=Status.failed, detail=summary, data=data,
+                               root_cause=RootCause(kind="error", summary=summary, culprit=t.module,
+                                                    hint=rootcause.hint_for(summary)))
         status, how = entry.get("attr_status"), entry.get("attr_how", "")
         if status != "defined":
             # The source cannot settle it: import the module alone (autoload off) and look.
@@ -640,7 +684,8 @@ class _Verifier:
                                       f"{': ' + ', '.join(others) if others else ''})")
         # Load each entry point alone, with autoload off, exactly as torch would call it.
         alone = {n: off_runs[n] for n in ours if n in off_runs}
-        futures = {n: pool.submit(self.runner.probe, "autoload_off.py", "--entry-point", n, autoload=False)
+        futures = {n: pool.submit(self.runner.probe, "autoload_off.py", "--entry-point", n, autoload=False,
+                                  imports_backend=False)
                    for n in names if n not in alone}
         alone.update({n: f.result() for n, f in futures.items()})
         results: dict[str, dict] = {}
@@ -709,6 +754,11 @@ class _Verifier:
         return CheckResult(name="import_cost", status=Status.passed, data=data,
                            detail=f"import torch: {with_ms:.0f} ms with autoload, {without_ms:.0f} ms without "
                                   f"({with_ms - without_ms:+.0f} ms, median of {self.runs})")
+
+
+def source_tree_shadowing(found: dict) -> str:
+    return (f"import {found['module']} finds {found['imported_from']} (a same-named directory of a source tree) "
+            f"instead of the installed {found['installed_at']}")
 
 
 def _why(cause: RootCause | None) -> str:

@@ -7,9 +7,14 @@ that environment.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from ootci.runner import manifest as manifest_mod
+from ootci.runner import record_files
 from ootci.runner.models import Status
 from ootci.runner.verify import verify
 from support.fixture_backends import backend_env_factory, build_wheels, manifest_path
@@ -161,8 +166,51 @@ def test_hook_that_hangs_is_killed_at_the_time_limit(backend_env):
     assert "torch_hangs/__init__.py" in cause.summary and "in _autoload" in cause.summary
     assert cause.culprit == "torch_hangs"
     assert cause.hint.startswith("the process hung")
-    # Probes run two at a time: the hanging ones cost a few time limits, not one each in a row.
-    assert result.duration_s < 45
+    # The first probes run side by side, and none is started after one has hung.
+    assert result.duration_s < 10 + 6, result.duration_s
+
+
+def test_a_hang_costs_one_probe_limit_even_one_probe_at_a_time(backend_env):
+    # jobs=1: the plain-import and opt-out probes run first; the import-order probe would
+    # have waited for them and hung for a second limit.
+    result = run(backend_env("hangs"), "hangs", timeout=10, jobs=1)
+    by_name = checks(result)
+    assert result.status is Status.timeout
+    assert result.duration_s < 10 + 6, result.duration_s
+    assert by_name["plain_import"].status is Status.timeout
+    circular = by_name["circular_import"]
+    assert circular.status is Status.blocked and circular.root_cause is None
+    assert circular.detail.startswith("not run: the backend hung in an earlier probe (")
+    assert "timed out after 10 s" in circular.detail
+
+
+def _checkout_of(fixture: str, root: Path) -> Path:
+    """A vendor checkout with the package at its root, whose sources cannot be imported (as
+    a C++ backend's cannot before its extension is built)."""
+    package = root / "checkout" / f"torch_{fixture}"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise StopIteration  # no compiled extension in the source tree\n")
+    return package.parent
+
+
+def test_the_source_tree_in_the_working_directory_is_never_imported(backend_env, tmp_path, monkeypatch):
+    monkeypatch.chdir(_checkout_of("pyd", tmp_path))
+    result = run(backend_env("pyd"), "pyd", runs=2)
+    assert result.status is Status.passed, result.summary()
+    assert checks(result)["import_cost"].data["runs"] == 2
+
+
+def test_a_source_tree_on_sys_path_is_named_with_the_installed_copy(backend_env, tmp_path, monkeypatch):
+    checkout = _checkout_of("pyd", tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(checkout))
+    result = run(backend_env("pyd"), "pyd")
+    entry = checks(result)["entry_point"]
+    assert entry.status is Status.failed
+    summary = entry.root_cause.summary
+    assert summary.startswith(f"import torch_pyd finds {checkout / 'torch_pyd'} (a same-named directory of a source "
+                              f"tree) instead of the installed "), summary
+    assert summary.endswith("site-packages/torch_pyd")
+    assert entry.root_cause.hint.startswith("the checkout shadows the installed package")
 
 
 def test_backend_that_exits_during_import(backend_env):
@@ -246,3 +294,34 @@ def test_backend_not_installed_in_the_environment(backend_env):
     assert by_name["entry_point"].root_cause.summary == "distribution torch_pyd is not installed in the environment under test"
     assert by_name["plain_import"].detail == "torch_pyd not loaded by `import torch` (autoload)"
     assert result.root_cause == by_name["entry_point"].root_cause
+
+
+def _ootci_test(python: Path, manifest: Path, suite: str, out: Path):
+    done = subprocess.run([sys.executable, "-m", "ootci.runner", "test", "--python", str(python), "--backend",
+                           str(manifest), "--suite", suite, "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=manifest.parent)
+    return done, record_files.read(out / "record.json")
+
+
+def test_a_vendor_suite_imports_the_installed_backend_and_names_a_shadowing_checkout(backend_env, tmp_path):
+    env = backend_env("pyd")
+    checkout = _checkout_of("pyd", tmp_path)
+    manifest = checkout / "backend.toml"
+    manifest.write_text(manifest_path("pyd").read_text() + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
+    (checkout / "tests").mkdir()
+    (checkout / "tests" / "test_own.py").write_text(
+        "import torch_pyd\n\n\ndef test_the_installed_package():\n"
+        "    assert 'site-packages' in torch_pyd.__file__, torch_pyd.__file__\n")
+    # The suite runs from the checkout (its tests need their files), yet imports the wheel.
+    done, record = _ootci_test(env.python, manifest, "own", tmp_path / "first")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (test,) = record.tests
+    assert test.id.endswith("tests/test_own.py::test_the_installed_package") and test.outcome.value == "passed"
+    # A tests/__init__.py makes pytest put the checkout itself on sys.path: said, with both paths.
+    (checkout / "tests" / "__init__.py").write_text("")
+    (checkout / "tests" / "conftest.py").write_text("")
+    done, record = _ootci_test(env.python, manifest, "own", tmp_path / "second")
+    assert done.returncode != 0
+    text = record.model_dump_json()
+    assert f"import torch_pyd finds {checkout / 'torch_pyd'}" in text, text[-3000:]
+    assert "site-packages/torch_pyd" in text and "--import-mode=importlib" in record.stage("integration").root_cause.hint

@@ -102,3 +102,49 @@ def torch_state() -> dict:
     except Exception as exc:  # the accelerator query itself may fail on a broken backend
         state["accelerator_error"] = f"{type(exc).__name__}: {exc}"[:500]
     return state
+
+
+def installed_location(top: str, dist=None) -> str | None:
+    """Where a distribution installed the top-level module `top` (its directory or file), or
+    None when nothing installed it there (an editable install, or no distribution at all)."""
+    import importlib.metadata
+
+    if dist is None:
+        names = importlib.metadata.packages_distributions().get(top, [])
+        dists = [importlib.metadata.distribution(n) for n in names]
+    else:
+        dists = [dist]
+    for d in dists:
+        for file in d.files or []:
+            head = file.parts[0] if file.parts else ""
+            if head in (top, f"{top}.py") or (head.startswith(f"{top}.") and head.endswith((".so", ".pyd"))):
+                path = os.path.realpath(d.locate_file(head))
+                if os.path.exists(path):
+                    return path
+    return None
+
+
+def shadowing(module: str, dist=None) -> dict | None:
+    """{"module", "imported_from", "installed_at"} when `import module` would find another copy
+    than the installed one, typically the same-named package directory of a source checkout
+    that lies on sys.path (the working directory, a test root). Nothing is imported."""
+    import importlib.util
+
+    top = module.split(".")[0]
+    installed = installed_location(top, dist)
+    if installed is None:
+        return None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    locations = list(spec.submodule_search_locations or [])
+    found = locations[0] if locations else spec.origin
+    if not found or found in ("built-in", "frozen"):
+        return None
+    found = os.path.realpath(found)
+    if found == installed or found.startswith(installed.rstrip(os.sep) + os.sep):
+        return None
+    return {"module": top, "imported_from": found, "installed_at": installed}

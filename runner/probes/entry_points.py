@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from _probe import emit
+from _probe import emit, shadowing
 
 GROUP = "torch.backends"
 
@@ -148,6 +148,8 @@ def describe(ep) -> dict:
         spec = None
         entry["find_error"] = f"{type(exc).__name__}: {exc}"[:500]
     entry["module_found"] = spec is not None
+    if spec is not None and dist is not None:
+        entry["shadowed"] = shadowing(module, dist)
     if spec is not None:
         entry["origin"] = spec.origin
         entry["locations"] = list(spec.submodule_search_locations or [])

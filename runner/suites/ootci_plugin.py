@@ -110,6 +110,11 @@ def pytest_configure(config: pytest.Config) -> None:
                                 f"(known: {', '.join(CAPABILITIES)})")
     module = config.getoption("ootci_import")
     if module:
+        found = _source_tree_copy(module)
+        if found:
+            # Worded as runner/verify.py words it, which gives the hint (runner/rootcause.py).
+            raise pytest.UsageError(f"--ootci-import: import {module} finds {found['imported_from']} (a same-named "
+                                    f"directory of a source tree) instead of the installed {found['installed_at']}")
         try:
             __import__(module)
         except Exception as exc:  # reported as a usage error: nothing can run without the backend
@@ -117,6 +122,14 @@ def pytest_configure(config: pytest.Config) -> None:
     state = _State(config, capabilities)
     config.stash[_STATE] = state
     config.pluginmanager.register(state, "ootci-state")
+
+
+def _source_tree_copy(module: str) -> dict | None:
+    try:
+        from _probe import shadowing  # runner/probes, on PYTHONPATH when ootci runs the suite
+    except ImportError:
+        return None
+    return shadowing(module)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
