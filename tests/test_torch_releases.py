@@ -196,24 +196,7 @@ def test_nightly_from_a_local_index_picks_installs_and_runs_the_newest(runs, htt
     """A PEP 503 index on a real HTTP server lists the real 2.13.0 CPU wheel, a nightly made of it
     (re-versioned 2.16.0.dev20261122, same binaries) and an older nightly whose file does not exist.
     `--torch nightly` must pick, download, install and run the newest."""
-    from werkzeug.wrappers import Response
-    from werkzeug.wsgi import FileWrapper
-
-    release = real_wheels.cpu_release_wheel()
-    nightly = real_wheels.as_nightly(release, "2.16.0.dev20261122+cpu")
-    tags = nightly.name.split("-", 2)[2]
-    older = f"torch-2.16.0.dev20261121+cpu-{tags}"
-    files = {release.name: release, nightly.name: nightly}
-    links = "".join(f'<a href="/files/{name}">{name}</a>\n' for name in [release.name, older, nightly.name])
-    httpserver.expect_request("/simple/torch/").respond_with_data(f"<html><body>{links}</body></html>",
-                                                                   content_type="text/html")
-    for name, path in files.items():
-        httpserver.expect_request(f"/files/{name}").respond_with_handler(
-            lambda request, path=path: Response(FileWrapper(open(path, "rb"), 1 << 20), direct_passthrough=True,
-                                                mimetype="application/octet-stream",
-                                                headers={"Content-Length": str(path.stat().st_size)}))
-    httpserver.expect_request(re.compile(r"^/.*")).respond_with_data("", status=404)  # anything else: not here
-    index = httpserver.url_for("/simple")
+    index, release, nightly = real_wheels.serve_nightly_index(httpserver)
 
     out = tmp_path / "out"
     result = ootci("run", "openreg", "--torch", "nightly", "--index-url", index, "--suites", "smoke",
@@ -221,7 +204,7 @@ def test_nightly_from_a_local_index_picks_installs_and_runs_the_newest(runs, htt
     record = only_record(out)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-2000:]}"
     assert record.torch.spec == "nightly"
-    assert record.torch.version == "2.16.0.dev20261122+cpu"
+    assert record.torch.version == real_wheels.NIGHTLY
     assert record.torch.git_version == runs("2.13.0").torch.git_version  # the same binaries as the release
     assert record.torch.source.endswith(f"/files/{nightly.name}")
     assert record.command == (f"ootci run openreg --torch 2.16.0.dev20261122+cpu --index-url {index} "

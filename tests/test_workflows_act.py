@@ -9,6 +9,9 @@ of the test session is reused through $OOTCI_CACHE, so torch is not installed ag
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ import pytest
 from ootci.runner import record_files
 from ootci.runner.models import RunRecord, Status
 from tests.support import real_wheels
-from tests.support.act_harness import act_binary, prepare, run_act
+from tests.support.act_harness import act_binary, as_called_from_elsewhere, prepare, run_act
 
 pytestmark = [
     pytest.mark.slow,
@@ -211,3 +214,70 @@ def test_pytorch_pr_workflow_refuses_a_payload_that_is_not_a_number(act_setup, t
     assert "::set-output:: matrix=" not in result.output and "::set-output:: pr=" not in result.output
     # The build never started.
     assert "Run Main ./actions/get-torch" not in result.output
+
+
+VENDOR_TESTS = ("conftest.py", "test_device.py", "test_ops.py")
+
+
+def vendor_repository(dest: Path, ootci_sha: str) -> Path:
+    """A backend vendor's repository, not ootci: its package directory at the repository root
+    (as torch_npu has it: OpenReg's sources, so it really builds), its own tests/, the
+    manifest `ci/backend.toml`, and the README's one-job caller pinned to `ootci_sha`."""
+    openreg = REPO / "backends" / "openreg"
+    for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md"):
+        shutil.copy2(openreg / name, dest / name)
+    for name in ("csrc", "torch_openreg"):
+        shutil.copytree(openreg / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    (dest / "tests").mkdir()
+    for name in VENDOR_TESTS:
+        shutil.copy2(openreg / "tests" / name, dest / "tests" / name)
+    manifest = (openreg / "backend.toml").read_text()
+    manifest = manifest.replace('name = "openreg"', 'name = "acme-openreg"', 1)
+    manifest = manifest.replace('path = "."', 'path = ".."', 1)
+    (dest / "ci").mkdir()
+    (dest / "ci" / "backend.toml").write_text(manifest + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
+    caller = (REPO / "examples" / "vendor-workflow.yml").read_text()
+    (dest / ".github" / "workflows").mkdir(parents=True)
+    (dest / ".github" / "workflows" / "ootci.yml").write_text(
+        re.sub(r"backend\.yml@[0-9a-f]{40}", f"backend.yml@{ootci_sha}", caller))
+    git = ["git", "-C", str(dest), "-c", "user.name=vendor", "-c", "user.email=vendor@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "remote", "add", "origin", "https://github.com/acme/torch-acme.git"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a vendor backend"], check=True)
+    return dest
+
+
+@needs_openreg
+def test_a_vendor_repository_calls_backend_yml_at_a_sha_as_the_readme_shows(act_setup, httpserver, tmp_path):
+    """The vendor path on GitHub: another repository's workflow calls
+    ootci/ootci/.github/workflows/backend.yml@<sha>, so every `$/` inside ootci means
+    ootci/ootci/...@<sha>. torch is the default, nightly, from a local index."""
+    _, root, env = act_setup
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    ootci_copy = as_called_from_elsewhere(REPO, tmp_path / "ootci", sha)
+    assert f"uses: ootci/ootci/actions/setup@{sha}" in (ootci_copy.root / ".github/workflows/backend.yml").read_text()
+    vendor = vendor_repository(act_dir(tmp_path, "torch-acme"), sha)
+    index, _, _ = real_wheels.serve_nightly_index(httpserver)
+    ootci_act_dir = act_dir(tmp_path, "out")
+
+    result = run_act(vendor, "workflow_dispatch", ".github/workflows/ootci.yml",
+                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_TORCH_INDEX": index},
+                     inputs={}, log=tmp_path / "act.log", stubs=tmp_path / "stubs", ootci=ootci_copy,
+                     labels=("ubuntu-latest", "self-hosted", "my-accelerator"))
+
+    assert result.returncode == 0, result.output[-8000:]
+    assert_no_gated_action_ran(result.output)
+    [artifact] = list((ootci_act_dir / "artifacts").iterdir())
+    [record] = records_under(artifact)
+    assert record.backend == "acme-openreg" and record.status is Status.passed, record.model_dump_json()[-3000:]
+    assert record.torch.spec == "nightly" and record.torch.version == real_wheels.NIGHTLY
+    stages = {s.name: s.status for s in record.stages}
+    assert all(stages[s] is Status.passed for s in ("build", "install", "autoload", "smoke", "integration")), stages
+    autoload = record.stage("autoload")
+    assert {c.name: c.status for c in autoload.checks}["import_cost"] is Status.passed
+    # The vendor's own tests ran against the installed wheel, from the vendor's checkout.
+    own = [t for t in record.tests if t.suite == "own"]
+    assert own and all(t.outcome.value in ("passed", "skipped") for t in own)
+    assert record.command == f"ootci run ci/backend.toml --torch {real_wheels.NIGHTLY} --index-url {index}"

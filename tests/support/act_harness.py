@@ -8,8 +8,12 @@ instead, which works offline.
 One translation is needed: the workflows reference their own actions and reusable
 workflows with GitHub's self-repository syntax (`uses: $/actions/setup`), which keeps
 them on the ootci revision a vendor's workflow called, and act does not know it yet.
-Under act the workspace *is* this repository at this revision, so `./` means the same
-thing: the copy that act runs has `$/` rewritten to `./`, nothing else changes.
+It is rewritten in the copy that act runs to what GitHub resolves it to:
+- when ootci runs its own workflows, the workspace *is* this repository at this
+  revision, so `$/` means `./`;
+- when another repository calls `ootci/ootci/.github/workflows/backend.yml@<sha>`,
+  `$/actions/setup` means `ootci/ootci/actions/setup@<sha>`, which act finds through
+  `--local-repository ootci/ootci@<sha>=<the copy>` (see `as_called_from_elsewhere`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-SELF_REFERENCE = re.compile(r"(\buses:\s*)\$/")
+SELF_REFERENCE = re.compile(r"(\buses:\s*)\$/([^\s@#]+)")
+OOTCI_REPOSITORY = "ootci/ootci"
 REMOTE_ACTION = re.compile(r"\buses:\s*([\w.-]+/[\w.-]+)((?:/[\w.-]+)*)@([0-9a-f]{40})")
 # act copies the working tree for a checkout of the repository itself, offline.
 INTERCEPTED = {"actions/checkout"}
@@ -43,8 +48,17 @@ def act_binary() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("act")
 
 
-def copy_repository(repo: Path, dest: Path) -> Path:
-    """The working tree (tracked and untracked files, not ignored ones) as a fresh git repository."""
+def resolve_self_references(text: str, called_at: str | None = None) -> str:
+    """`$/path` as GitHub resolves it: `./path` in ootci's own runs, `ootci/ootci/path@<sha>`
+    in a run of another repository that called ootci at `called_at` (a commit SHA)."""
+    if called_at is None:
+        return SELF_REFERENCE.sub(r"\1./\2", text)
+    return SELF_REFERENCE.sub(lambda m: f"{m.group(1)}{OOTCI_REPOSITORY}/{m.group(2)}@{called_at}", text)
+
+
+def copy_repository(repo: Path, dest: Path, called_at: str | None = None) -> Path:
+    """The working tree (tracked and untracked files, not ignored ones) as a fresh git repository.
+    called_at: the SHA another repository's workflow calls ootci at (None: ootci runs itself)."""
     listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                             check=True, capture_output=True, text=True).stdout
     for name in filter(None, listed.split("\0")):
@@ -55,7 +69,7 @@ def copy_repository(repo: Path, dest: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
     for path in workflow_files(dest):
-        path.write_text(SELF_REFERENCE.sub(r"\1./", path.read_text()))
+        path.write_text(resolve_self_references(path.read_text(), called_at))
     git = ["git", "-C", str(dest), "-c", "user.name=ootci-test", "-c", "user.email=test@example.invalid"]
     subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
@@ -68,7 +82,7 @@ def workflow_files(root: Path) -> list[Path]:
                    *root.glob("tests/workflows/*.yml")])
 
 
-def remote_action_stand_ins(root: Path, stubs: Path) -> list[str]:
+def remote_action_stand_ins(root: Path, stubs: Path, *, local: frozenset[str] = frozenset()) -> list[str]:
     """`--local-repository` mappings for every pinned remote action the workflows use.
 
     act fetches every action of a job before running it, even those whose `if:` is
@@ -78,7 +92,7 @@ def remote_action_stand_ins(root: Path, stubs: Path) -> list[str]:
     mappings = {}
     for path in workflow_files(root):
         for repo, subpath, sha in REMOTE_ACTION.findall(path.read_text()):
-            if repo in INTERCEPTED:
+            if repo in INTERCEPTED or repo in local:
                 continue
             stub = stubs / f"{repo.replace('/', '-')}-{sha[:12]}"
             action_dir = stub / subpath.lstrip("/")
@@ -113,15 +127,38 @@ class ActResult:
         return [line for line in self.output.splitlines() if marker in line]
 
 
+@dataclass
+class CalledOotci:
+    """A copy of ootci that another repository's workflow calls at `sha`."""
+
+    root: Path
+    sha: str
+
+    @property
+    def mapping(self) -> str:
+        return f"{OOTCI_REPOSITORY}@{self.sha}={self.root}"
+
+
+def as_called_from_elsewhere(repo: Path, dest: Path, sha: str) -> CalledOotci:
+    return CalledOotci(copy_repository(repo, dest, called_at=sha), sha)
+
+
 def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], inputs: dict[str, str],
-            log: Path, stubs: Path, event_payload: Path | None = None) -> ActResult:
+            log: Path, stubs: Path, event_payload: Path | None = None, ootci: CalledOotci | None = None,
+            labels: tuple[str, ...] = ("ubuntu-latest",)) -> ActResult:
+    """ootci: the ootci copy a vendor repository (workdir) calls; labels: runner labels that
+    run on this host."""
     argv = [act_binary() or "act", event, "-W", workflow,
-            "-P", "ubuntu-latest=-self-hosted",
+            *[arg for label in labels for arg in ("-P", f"{label}=-self-hosted")],
             "--pull=false", "--action-offline-mode",
             # act probes for a Docker engine even in host mode; there is none here.
             "--container-daemon-socket", "-"]
-    for mapping in remote_action_stand_ins(workdir, stubs):
+    action_roots = [workdir] if ootci is None else [workdir, ootci.root]
+    local = frozenset() if ootci is None else frozenset({OOTCI_REPOSITORY})
+    for mapping in sorted({m for root in action_roots for m in remote_action_stand_ins(root, stubs, local=local)}):
         argv += ["--local-repository", mapping]
+    if ootci is not None:
+        argv += ["--local-repository", ootci.mapping]
     if event_payload is not None:
         argv += ["--eventpath", str(event_payload)]
     for key, value in env.items():

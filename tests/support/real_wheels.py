@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -77,3 +78,30 @@ def as_nightly(release: Path, version: str) -> Path:
             zout.writestr(f"{new_info}/RECORD", "\n".join(record_lines) + "\n")
         os.replace(tmp, out)
     return out
+
+
+NIGHTLY = "2.16.0.dev20261122+cpu"
+
+
+def serve_nightly_index(httpserver) -> tuple[str, Path, Path]:
+    """A PEP 503 index on `httpserver` (pytest-httpserver) listing the real 2.13.0 CPU wheel,
+    a nightly made of it (NIGHTLY: same binaries, new version) and an older nightly whose
+    file does not exist. Returns (index URL, release wheel, nightly wheel)."""
+    from werkzeug.wrappers import Response
+    from werkzeug.wsgi import FileWrapper
+
+    release = cpu_release_wheel()
+    nightly = as_nightly(release, NIGHTLY)
+    tags = nightly.name.split("-", 2)[2]
+    older = f"torch-2.16.0.dev20261121+cpu-{tags}"
+    files = {release.name: release, nightly.name: nightly}
+    links = "".join(f'<a href="/files/{name}">{name}</a>\n' for name in [release.name, older, nightly.name])
+    httpserver.expect_request("/simple/torch/").respond_with_data(f"<html><body>{links}</body></html>",
+                                                                   content_type="text/html")
+    for name, path in files.items():
+        httpserver.expect_request(f"/files/{name}").respond_with_handler(
+            lambda request, path=path: Response(FileWrapper(open(path, "rb"), 1 << 20), direct_passthrough=True,
+                                                mimetype="application/octet-stream",
+                                                headers={"Content-Length": str(path.stat().st_size)}))
+    httpserver.expect_request(re.compile(r"^/.*")).respond_with_data("", status=404)  # anything else: not here
+    return httpserver.url_for("/simple"), release, nightly
