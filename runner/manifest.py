@@ -31,6 +31,8 @@ class Capability(str, Enum):
     autograd = "autograd"
     sparse = "sparse"
     """sparse layouts: the OpInfos that make or need sparse tensors (to_sparse, sparse.*)"""
+    quantized = "quantized"
+    """quantized tensors (quantize_per_tensor, int_repr, dequantize); op_db has no quantized OpInfo"""
 
 
 class _Strict(BaseModel):

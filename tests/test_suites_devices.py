@@ -60,6 +60,8 @@ def test_smoke_on_cpu_without_pydantic_skips_what_is_not_claimed(torch_layer, tm
     assert skips["test_runtime.py::test_event_timing"] == "capability 'events' not claimed"
     assert skips["test_runtime.py::test_pinned_non_blocking_copies"] == "capability 'pinned_memory' not claimed"
     assert skips["test_device_api.py::test_second_device"] == "capability 'multi_device' not claimed"
+    assert skips["test_layouts.py::test_sparse_coo_round_trip_and_matmul"] == "capability 'sparse' not claimed"
+    assert skips["test_layouts.py::test_quantized_per_tensor_round_trip"] == "capability 'quantized' not claimed"
     assert skips["test_tensors.py::test_create[bfloat16]"] == "dtype 'bfloat16' not claimed"
     assert skips["test_tensors.py::test_matmul[float16]"] == "dtype 'float16' not claimed"
     ran = {t.id for t in record.tests if t.outcome is Outcome.passed}
@@ -184,6 +186,17 @@ def test_ootci_test_default_out_is_resolved_once_against_the_working_directory(t
     assert (out / "junit" / "smoke.xml").is_file()
     assert len(record.tests) > 20
     assert sorted(p for p in suite_dir.rglob("*") if "__pycache__" not in p.parts) == before
+
+
+@pytest.mark.slow
+def test_layout_tests_run_when_the_capabilities_are_claimed(torch_layer, tmp_path):
+    backend = tmp_path / "backend.toml"
+    backend.write_text(CPU_PARTIAL.read_text().replace('capabilities = [', 'capabilities = ["sparse", "quantized", '))
+    done, record = ootci_test(torch_layer.python, backend, "smoke", tmp_path / "out")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    layouts = {t.id: t.outcome for t in record.tests if t.id.startswith("test_layouts.py::")}
+    assert layouts == {"test_layouts.py::test_sparse_coo_round_trip_and_matmul": Outcome.passed,
+                       "test_layouts.py::test_quantized_per_tensor_round_trip": Outcome.passed}
 
 
 @pytest.mark.slow

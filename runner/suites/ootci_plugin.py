@@ -47,6 +47,7 @@ CAPABILITIES = (
     "serialization",
     "autograd",
     "sparse",
+    "quantized",
 )
 
 TAIL_CHARS = 4000
