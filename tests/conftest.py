@@ -19,6 +19,10 @@ TORCH_SPEC = "torch==2.13.0"
 # repository (ignored by git), so a second run of the suite reuses the torch layer.
 os.environ.setdefault("OOTCI_CACHE", str(REPO / ".cache" / "ootci"))
 
+# Fixture repositories carry test suites of their own: they run inside environments
+# under test (as a vendor's suite does), never in this one.
+collect_ignore_glob = ["fixtures/*"]
+
 
 @pytest.fixture(scope="session")
 def repo() -> Path:
