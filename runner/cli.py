@@ -13,6 +13,7 @@ from .errors import OotciError
 # Subcommand modules, in the order `ootci --help` lists them. Each has
 # `register(subparsers)`, which adds its parser and sets `func`.
 COMMANDS = [
+    "init",
     "registry",
     "run",
     "torch",

@@ -47,5 +47,11 @@ class OutputError(OotciError):
     exit_code = 8
 
 
+class ProjectError(OotciError):
+    """A vendor's repository does not say what `ootci init` needs (its metadata, its entry point)."""
+
+    exit_code = 10  # 9 is history's PublishError
+
+
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130

@@ -77,7 +77,8 @@ class RecordWriter:
         record_files.write(self.run_dir, record)
 
 
-def _run_stage(name: str, ctx: RunContext) -> StageResult:
+def run_stage(name: str, ctx: RunContext) -> StageResult:
+    """One stage, timed, with its log; an OotciError or a bug of the stage becomes its result."""
     stage = STAGES[name]
     ctx.stage_name = name
     started = now()
@@ -138,7 +139,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
             else:
                 reporter.stage_started(manifest.name, name)
                 try:
-                    result = _run_stage(name, ctx)
+                    result = run_stage(name, ctx)
                 except (KeyboardInterrupt, Interrupted) as exc:
                     signame = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
                     procs.kill_all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -100,3 +101,16 @@ def test_entry_points_probe_runs_without_torch(tmp_path):
                          text=True, timeout=60, env=dict(os.environ, OOTCI_PROBE_NONCE="n1"))
     line = next(l for l in out.stdout.splitlines() if l.startswith("@@OOTCI-PROBE:n1@@ "))
     assert '"torch_found": false' in line and '"phase": "entry_points"' in line
+
+
+@pytest.mark.slow
+def test_tensor_round_trip_covers_complex_dtypes(torch_layer):
+    # The host tensor of a complex dtype cannot come from arange (no complex kernel).
+    code = ("import json, autoload_on; "
+            "print(json.dumps(autoload_on.round_trip('cpu', ['complex64', 'complex128', 'float16', 'bool'])))")
+    out = subprocess.run([str(torch_layer.python), "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=PROBES, env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    results = json.loads(out.stdout.splitlines()[-1])
+    assert results == {d: {"device_type": "cpu", "equal": True, "literal_ok": True}
+                       for d in ("complex64", "complex128", "float16", "bool")}

@@ -47,7 +47,10 @@ def round_trip(name: str, dtypes: list[str]) -> dict:
     results = {}
     for dtype_name in dtypes:
         dtype = getattr(torch, dtype_name)
-        if dtype.is_floating_point:
+        if dtype.is_complex:  # arange has no complex kernel: built from two real parts
+            parts = torch.arange(12, dtype=torch.float64).reshape(3, 4).div(4)
+            host = torch.complex(parts, -parts).to(dtype)
+        elif dtype.is_floating_point:
             host = torch.arange(12, dtype=torch.float64).reshape(3, 4).div(4).to(dtype)
         elif dtype == torch.bool:
             host = torch.arange(12).reshape(3, 4).remainder(3).eq(0)

@@ -52,6 +52,9 @@ def _builder_python(ctx: RunContext) -> Path:
 
 def _build_env(ctx: RunContext, python: Path, wheel_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
+    # A build that imports torch must not autoload backends: the one being built may be
+    # half there (an *.egg-info in its source tree, which is the build's working directory).
+    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     env.update(ctx.manifest.build.env)
     bindir = str(python.parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")

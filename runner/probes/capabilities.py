@@ -1,0 +1,245 @@
+"""Probe: what a freshly installed backend can do, asked of torch after a plain `import torch` (`ootci init`).
+
+Phases (one result line each): `import`; `device` (the device name: the PrivateUse1
+backend's, or a device module registered by --package when the backend uses a built-in
+device type; --device overrides); `tensor` (a float32 tensor to the device and back);
+then `capability:<name>` and `dtype:<name>` for each one asked, every one preceded by
+`start:<item>` so that a crash or a hang names the check it happened in. Each check is a
+tiny real operation on the device, like the smoke suite's test of the same capability.
+Results: {"ok": true, "value": {"works": bool, "detail": str}}, or an exception chain.
+Usage: capabilities.py --package P [--device D] --capabilities a,b --dtypes x,y --deadline S
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+from _probe import arm, attempt, emit, split_list, torch_state
+
+
+class No(Exception):
+    """A clear "not supported" that is not an error of the backend (one device, no autocast)."""
+
+
+def find_device(package: str, given: str) -> dict:
+    state = torch_state()
+    name = given or state["privateuse1"]
+    how = "--device" if given else "torch._C._get_privateuse1_backend_name()"
+    if name == "privateuseone":
+        # Not renamed: a backend of a built-in device type (hpu, xpu) registers a device module instead.
+        own = sorted(d for d, module in state["device_modules"].items() if module.split(".")[0] == package)
+        name, how = (own[0], f"torch.{own[0]} is {package}'s module") if own else (None, "")
+    return {"device": name, "how": how, **state}
+
+
+def tensor(dev: str) -> str:
+    import torch
+
+    host = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    on_device = host.to(dev)
+    if on_device.device.type != dev:
+        raise AssertionError(f"a tensor sent to {dev!r} landed on {on_device.device}")
+    if not torch.equal(on_device.cpu(), host):
+        raise AssertionError("a tensor copied to the device and back changed")
+    return str(on_device.device)
+
+
+def multi_device(dev: str) -> str:
+    import torch
+
+    count = int(torch.get_device_module(dev).device_count())
+    if count < 2:
+        raise No(f"{count} device visible")
+    second = torch.arange(6.0, device=f"{dev}:0").to(f"{dev}:1")
+    assert second.device.index == 1, f"a copy to {dev}:1 landed on {second.device}"
+    assert second.cpu().tolist() == [0.0, 1, 2, 3, 4, 5], "a copy between devices changed the values"
+    return f"{count} devices"
+
+
+def generator(dev: str) -> str:
+    import torch
+
+    g = torch.Generator(device=dev)
+    g.manual_seed(1234)
+    first = torch.randn(32, generator=g, device=dev).cpu()
+    g.manual_seed(1234)
+    assert torch.equal(torch.randn(32, generator=g, device=dev).cpu(), first), "same seed, different numbers"
+    torch.manual_seed(7)
+    a = torch.rand(16, device=dev).cpu()
+    torch.manual_seed(7)
+    assert torch.equal(torch.rand(16, device=dev).cpu(), a), "torch.manual_seed does not seed the device"
+    return "seeded generators repeat"
+
+
+def streams(dev: str) -> str:
+    import torch
+
+    stream = torch.Stream(device=dev)
+    x = torch.ones(64, 64)
+    with stream:
+        y = (x.to(dev) * 2).sum()
+    stream.synchronize()
+    assert stream.query(), "query() is False after synchronize()"
+    assert y.item() == 8192.0, f"work on the stream computed {y.item()}, not 8192"
+    return "torch.Stream"
+
+
+def events(dev: str) -> str:
+    import torch
+
+    start, end = torch.Event(device=dev, enable_timing=True), torch.Event(device=dev, enable_timing=True)
+    start.record()
+    torch.ones(128, 128, device=dev).sum()
+    end.record()
+    end.synchronize()
+    assert end.query(), "query() is False after synchronize()"
+    assert start.elapsed_time(end) >= 0.0, "elapsed_time() is negative"
+    return "torch.Event with timing"
+
+
+def autocast(dev: str) -> str:
+    import torch
+
+    if not torch.amp.is_autocast_available(dev):
+        raise No("torch.amp.is_autocast_available() is False")
+    low = torch.get_autocast_dtype(dev)
+    a = torch.randn(8, 8, device=dev)
+    with torch.autocast(device_type=dev, dtype=low):
+        product = a @ a
+    assert product.dtype is low, f"matmul under autocast gave {product.dtype}, expected {low}"
+    return f"matmul in {str(low).replace('torch.', '')}"
+
+
+def pinned_memory(dev: str) -> str:
+    import torch
+
+    host = torch.arange(64, dtype=torch.float32).pin_memory()
+    assert host.is_pinned() and torch.empty(8, pin_memory=True).is_pinned(), "pin_memory() did not pin"
+    on_device = host.to(dev, non_blocking=True)
+    torch.accelerator.synchronize()
+    assert torch.equal(on_device.cpu(), host), "a non-blocking copy changed the values"
+    return "pinned host memory, non-blocking copies"
+
+
+def serialization(dev: str) -> str:
+    import torch
+
+    x = torch.randn(3, 5, device=dev)
+    buffer = io.BytesIO()
+    torch.save({"x": x}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)["x"]
+    assert loaded.device.type == dev, f"a saved {dev} tensor loaded onto {loaded.device}"
+    assert torch.equal(loaded.cpu(), x.cpu()), "save and load changed the values"
+    return "torch.save / torch.load"
+
+
+def autograd(dev: str) -> str:
+    import torch
+
+    leaf = torch.randn(4, device=dev, requires_grad=True)
+    (leaf * leaf).sum().backward()
+    assert leaf.grad is not None and leaf.grad.device.type == dev, "no gradient on the device"
+    torch.testing.assert_close(leaf.grad.cpu(), 2 * leaf.detach().cpu())
+    return "backward()"
+
+
+def sparse(dev: str) -> str:
+    import torch
+
+    dense = torch.eye(3)
+    on_device = dense.to(dev).to_sparse()
+    assert on_device.layout == torch.sparse_coo, f"to_sparse() gave layout {on_device.layout}"
+    assert on_device.device.type == dev, f"to_sparse() moved the tensor to {on_device.device}"
+    assert torch.equal(on_device.to_dense().cpu(), dense), "to_dense() changed the values"
+    other = torch.arange(6.0).reshape(3, 2)
+    assert torch.equal(torch.sparse.mm(on_device, other.to(dev)).cpu(), other), "sparse.mm computed wrong values"
+    return "to_sparse, to_dense, sparse.mm"
+
+
+def quantized(dev: str) -> str:
+    import torch
+
+    host = torch.linspace(-2, 2, 17)
+    on_device = torch.quantize_per_tensor(host.to(dev), scale=0.05, zero_point=10, dtype=torch.quint8)
+    assert on_device.is_quantized, "quantize_per_tensor() gave a tensor that is not quantized"
+    assert on_device.device.type == dev, f"quantize_per_tensor() moved the tensor to {on_device.device}"
+    expected = torch.quantize_per_tensor(host, scale=0.05, zero_point=10, dtype=torch.quint8)
+    assert torch.equal(on_device.int_repr().cpu(), expected.int_repr()), "int_repr() differs from the CPU's"
+    return "quantize_per_tensor, int_repr"
+
+
+CHECKS = {f.__name__: f for f in (multi_device, generator, streams, events, autocast, pinned_memory, serialization,
+                                  autograd, sparse, quantized)}
+
+
+def dtype_round_trip(dev: str, name: str) -> str:
+    import torch
+
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise No(f"torch has no dtype {name!r}")
+    if dtype == torch.bool:
+        host = torch.arange(12).reshape(3, 4).remainder(3).eq(0)
+    elif dtype.is_floating_point or dtype.is_complex:
+        host = torch.arange(12, dtype=torch.float64).reshape(3, 4).div(4).to(dtype)
+    else:
+        host = torch.arange(12, dtype=dtype).reshape(3, 4)
+    back = host.to(dev).cpu()
+    assert back.dtype == dtype and torch.equal(back, host), "the copy back differs"
+    return "round trip"
+
+
+def check(item: str, action) -> None:
+    emit(f"start:{item}")
+
+    def answer():
+        try:
+            return {"works": True, "detail": action()}
+        except No as exc:
+            return {"works": False, "detail": str(exc)}
+
+    emit(item, **attempt(answer))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--package", required=True, help="the backend's top-level package")
+    parser.add_argument("--device", default="")
+    parser.add_argument("--capabilities", default="")
+    parser.add_argument("--dtypes", default="")
+    parser.add_argument("--deadline", type=float, default=0)
+    args = parser.parse_args()
+    arm(args.deadline)
+
+    def import_torch():
+        import torch
+
+        return torch.__version__
+
+    result = attempt(import_torch)
+    emit("import", **result)
+    if not result["ok"]:
+        return
+    found = attempt(lambda: find_device(args.package, args.device))
+    emit("device", **found)
+    dev = found.get("value", {}).get("device")
+    if not dev:
+        return
+    basic = attempt(lambda: tensor(dev))
+    emit("tensor", **basic)
+    if not basic["ok"]:
+        return
+    for name in split_list(args.capabilities):
+        if name in CHECKS:
+            check(f"capability:{name}", lambda: CHECKS[name](dev))
+        else:
+            emit(f"capability:{name}", ok=True, value={"works": False, "detail": "this probe has no check for it"})
+    for name in split_list(args.dtypes):
+        check(f"dtype:{name}", lambda: dtype_round_trip(dev, name))
+    emit("done", ok=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,363 @@
+"""`ootci init`: a vendor's repository gets ci/backend.toml and .github/workflows/ootci.yml.
+
+The slow tests run the real command on the repositories of tests/fixtures/init (real
+PrivateUse1 backends under their own device names, built with setuptools from
+pyproject.toml, with a setup.py alone, and with scikit-build-core and CMake), then a
+first `ootci run` of what it wrote, which must be green.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from ootci.runner import cli, device_probe, manifest, onboard, project_metadata
+from ootci.runner.errors import ProjectError
+
+from support.cli import ootci
+from support.init_fixtures import BACKENDS, materialize
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+PINNED = re.compile(r"^ootci/ootci/\.github/workflows/backend\.yml@[0-9a-f]{40}$")
+PROBED_CAPABILITIES = ["multi_device", "streams", "events", "generator", "autocast", "pinned_memory",
+                       "serialization", "autograd"]
+
+
+def head(path: Path) -> str:
+    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def one_line_error(result: subprocess.CompletedProcess, *, after_progress: bool = False) -> str:
+    """The error line; with after_progress, the stage lines init printed before it may precede it."""
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr
+    assert lines and lines[-1].startswith("ootci: "), result.stderr
+    if not after_progress:
+        assert len(lines) == 1, result.stderr
+    else:
+        assert all(not l.startswith("ootci") for l in lines[:-1]), result.stderr
+    return lines[-1]
+
+
+# -- mistakes are one line, before anything is built ------------------------------------------------
+
+@pytest.mark.parametrize("existing", [onboard.MANIFEST, onboard.WORKFLOW])
+def test_refuses_to_overwrite_without_force(tmp_path, existing):
+    repo = materialize("pyproject", tmp_path / "repo")
+    (repo / existing).parent.mkdir(parents=True, exist_ok=True)
+    (repo / existing).write_text("mine\n")
+    result = ootci("init", str(repo), timeout=120)
+    assert result.returncode == 2
+    assert f"{existing} already exists" in one_line_error(result) and "--force" in result.stderr
+    assert (repo / existing).read_text() == "mine\n"
+    assert [p for p in onboard._targets(repo) if p.exists()] == [repo / existing]
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (["--no-probe"], 2, "--device"),
+    (["--device", "Bad-Name"], 2, "--device 'Bad-Name'"),
+    (["--torch", "installed"], 2, "--torch installed"),
+    (["--torch", "nightlyy"], 5, "did you mean nightly"),
+    (["--jobs", "0"], 2, "--jobs"),
+])
+def test_bad_options_are_one_line(tmp_path, capsys, args, code, words):
+    repo = materialize("pyproject", tmp_path / "repo", git=False)
+    assert cli.main(["init", str(repo), *args]) == code
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ootci: ") and "\n" not in err and words in err, err
+    assert not (repo / "ci").exists()
+
+
+def test_a_directory_without_a_python_project_is_refused(tmp_path, capsys):
+    assert cli.main(["init", str(tmp_path)]) == ProjectError.exit_code
+    err = capsys.readouterr().err.strip()
+    assert "no pyproject.toml, setup.py or setup.cfg" in err and "\n" not in err
+    assert cli.main(["init", str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+# -- the ootci the workflow pins ---------------------------------------------------------------------
+
+def test_the_workflow_pins_the_checkouts_commit():
+    ref = onboard.ootci_ref()
+    assert ref.is_commit and ref.ref == head(REPO)
+
+
+def test_an_installed_ootci_pins_the_commit_its_build_recorded(tmp_path):
+    info = tmp_path / "_build.json"
+    info.write_text(json.dumps({"commit": "ab" * 20}))
+    ref = onboard.ootci_ref(checkout=tmp_path / "site-packages", build_info=info, version="0.2.0")
+    assert (ref.ref, ref.is_commit, ref.version) == ("ab" * 20, True, "0.2.0")
+
+
+def test_without_a_commit_the_version_tag_is_used_and_said_to_be_no_sha(tmp_path):
+    (tmp_path / "_build.json").write_text("{}")
+    ref = onboard.ootci_ref(checkout=tmp_path, build_info=tmp_path / "_build.json", version="0.2.0")
+    assert (ref.ref, ref.is_commit) == ("v0.2.0", False)
+    assert "version tag" in ref.source
+
+
+def test_the_workflow_is_one_job_calling_backend_yml(tmp_path):
+    ref = onboard.OotciRef("c" * 40, "0.2.0", "test")
+    text = onboard.workflow_text(ref, ["self-hosted", "npu"], "torch_npu")
+    assert f"@{'c' * 40}  # ootci 0.2.0\n" in text
+    workflow = YAML(typ="safe").load(text)
+    declared = YAML(typ="safe").load((REPO / ".github" / "workflows" / "backend.yml").read_text())
+    inputs = declared["on"]["workflow_call"]["inputs"]
+    [job] = workflow["jobs"].values()
+    assert PINNED.match(job["uses"])
+    assert set(job["with"]) <= set(inputs)
+    assert {n for n, spec in inputs.items() if spec.get("required")} <= set(job["with"])
+    assert job["with"]["backend"] == "ci/backend.toml"
+    assert json.loads(job["with"]["runs-on"]) == ["self-hosted", "npu"]
+    assert workflow["permissions"] == {"contents": "read"}
+
+
+def test_the_workflow_passes_actionlint_and_zizmor(tmp_path):
+    for name in ("actionlint", "zizmor"):
+        if not (BIN / name).is_file():
+            pytest.skip(f"{name} is not installed (the [test] extra of pyproject.toml provides it)")
+    path = tmp_path / ".github" / "workflows" / "ootci.yml"
+    path.parent.mkdir(parents=True)
+    path.write_text(onboard.workflow_text(onboard.ootci_ref(), ["ubuntu-latest"], "torch_acme"))
+    lint = subprocess.run([str(BIN / "actionlint"), "-no-color", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr
+    audit = subprocess.run([str(BIN / "zizmor"), "--offline", "--no-progress", str(path)], capture_output=True,
+                           text=True, timeout=120)
+    assert audit.returncode == 0 and "No findings" in audit.stdout, audit.stdout + audit.stderr
+
+
+# -- the manifest --------------------------------------------------------------------------------------
+
+def declared(**changes) -> project_metadata.Declared:
+    system = project_metadata.BuildSystem(["setuptools>=64", "torch>=2.13"], "setuptools.build_meta")
+    values = dict(name="acme-accel", version="0.3.0", summary='Acme "accelerator" support',
+                  entry_points={"torch_acme": "torch_acme:_autoload"}, build_system=system)
+    values.update(changes)
+    return project_metadata.Declared(**values)
+
+
+def onboarding(probed, **changes) -> onboard.Onboarding:
+    values = dict(repo=Path("/r"), declared=declared(), entry_point="torch_acme = torch_acme:_autoload",
+                  import_name="torch_acme", vendor_tests="tests", probed=probed, device="acme",
+                  torch_version="2.13.0+cpu")
+    values.update(changes)
+    return onboard.Onboarding(**values)
+
+
+def test_the_manifest_claims_what_the_probe_found_and_says_so():
+    yes, no = device_probe.Finding(True, "ok"), device_probe.Finding(False, "RuntimeError: not on this device")
+    probed = device_probe.Probed(device="acme", how="torch._C._get_privateuse1_backend_name()",
+                                 capabilities={"streams": yes, "sparse": no, "autograd": yes},
+                                 dtypes={"float32": yes, "float64": no})
+    text = onboard.manifest_text(onboarding(probed))
+    m = onboard.validated(text)
+    assert (m.name, m.device, m.distribution, m.import_name) == ("acme-accel", "acme", "acme-accel", "torch_acme")
+    assert [c.value for c in m.capabilities] == ["streams", "autograd"] and m.dtypes == ["float32"]
+    assert m.description == 'Acme "accelerator" support' and m.source.path == ".."
+    assert [(v.name, v.path) for v in m.suites.vendor] == [("tests", "tests")]
+    assert "# probed: torch._C._get_privateuse1_backend_name()\ndevice = \"acme\"" in text
+    assert re.search(r"#   sparse +no +RuntimeError: not on this device", text)
+    assert "2.13.0+cpu" in text
+
+
+def test_a_manifest_without_a_probe_says_what_to_fill_in():
+    text = onboard.manifest_text(onboarding(None, not_probed="--no-probe", vendor_tests=None))
+    m = onboard.validated(text)
+    assert m.capabilities == [] and m.suites.vendor == []
+    assert "# given with --device: not probed\ndevice = \"acme\"" in text
+    assert "# NOT PROBED (--no-probe).\n# Fill in what 'acme' supports, from: multi_device, streams" in text
+
+
+def test_the_manifest_passes_check_jsonschema(tmp_path):
+    tool = BIN / "check-jsonschema"
+    if not tool.is_file():
+        pytest.skip("check-jsonschema is not installed (the [test] extra of pyproject.toml provides it)")
+    yes = device_probe.Finding(True, "")
+    probed = device_probe.Probed(device="acme", how="test", capabilities={"streams": yes}, dtypes={"float32": yes})
+    path = tmp_path / "backend.toml"
+    path.write_text(onboard.manifest_text(onboarding(probed)))
+    result = subprocess.run([str(tool), "--schemafile", str(REPO / "backends" / "backend.schema.json"), str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_build_requirements_the_layer_lacks_become_extra_requirements():
+    text = onboard.manifest_text(onboarding(None, not_probed="--no-probe",
+                                            declared=declared(extra_build_requirements=["scikit-build-core>=0.10"])))
+    assert onboard.validated(text).build.extra_requirements == ["scikit-build-core>=0.10"]
+
+
+def test_the_missing_entry_point_message_shows_the_snippet_for_the_file_that_declares():
+    pyproject = onboard.no_entry_point_message(declared(name="torch_plain", entry_points={}), ["pyproject.toml"])
+    assert '[project.entry-points."torch.backends"] with the line torch_plain = "torch_plain:_autoload"' in pyproject
+    legacy = declared(name="torch_plain", entry_points={},
+                      build_system=project_metadata.BuildSystem([], project_metadata.DEFAULT_BACKEND, declared=False))
+    setup = onboard.no_entry_point_message(legacy, ["setup.py"])
+    assert 'entry_points={"torch.backends": ["torch_plain = torch_plain:_autoload"]}' in setup
+
+
+def test_the_probe_has_a_check_for_every_capability():
+    import ast
+
+    from ootci.runner.manifest import Capability
+
+    script = ast.parse((REPO / "runner" / "probes" / "capabilities.py").read_text())
+    checks = next(n for n in script.body if isinstance(n, ast.Assign) and n.targets[0].id == "CHECKS")
+    names = {e.id for e in ast.walk(checks.value) if isinstance(e, ast.Name) and e.id not in ("f",)}
+    assert {c.value for c in Capability} <= names
+
+
+def test_the_build_system_defaults_to_setuptools_legacy(tmp_path):
+    (tmp_path / "setup.py").write_text("")
+    system = project_metadata.build_system(tmp_path)
+    assert (system.backend, system.declared) == ("setuptools.build_meta:__legacy__", False)
+    requires = ["torch>=2.13", "Torch==2.13.0", "scikit-build-core"]
+    assert project_metadata.without_torch(requires) == ["scikit-build-core"]
+
+
+# -- the real command on real repositories ---------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_repository_without_an_entry_point_is_told_what_to_add(tmp_path, torch_layer):
+    repo = materialize("no-entry-point", tmp_path / "repo")
+    result = ootci("init", cwd=repo, timeout=600)
+    assert result.returncode == ProjectError.exit_code, result.stderr
+    line = one_line_error(result, after_progress=True)
+    assert "torch_plain 0.1.0 declares no torch.backends entry point" in line
+    assert '[project.entry-points."torch.backends"] with the line torch_plain = "torch_plain:_autoload"' in line
+    assert not (repo / "ci").exists() and not (repo / ".github").exists()
+
+
+def comments_before(text: str, key: str) -> str:
+    lines = text.splitlines()
+    at = next(i for i, l in enumerate(lines) if l.startswith(f"{key} = "))
+    return lines[at - 1]
+
+
+@pytest.fixture(scope="module")
+def onboarded(tmp_path_factory, torch_layer):
+    """onboarded(fixture) -> (repo, result of `ootci init` there), once per fixture."""
+    done: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
+
+    def get(fixture: str):
+        if fixture not in done:
+            repo = materialize(fixture, tmp_path_factory.mktemp(fixture) / "repo")
+            done[fixture] = repo, ootci("init", "--torch", "2.13.0", cwd=repo, timeout=1200)
+        return done[fixture]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", sorted(BACKENDS))
+def test_init_then_a_first_run_is_green(tmp_path, onboarded, fixture):
+    distribution, package, device = BACKENDS[fixture]
+    repo, result = onboarded(fixture)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ootci run ci/backend.toml --torch 2.13.0" in result.stdout
+
+    text = (repo / onboard.MANIFEST).read_text()
+    m = manifest.load(repo / onboard.MANIFEST)
+    assert (m.distribution, m.import_name, m.device) == (distribution, package, device)
+    assert m.entry_point == f"{package} = {package}:_autoload"
+    # Nothing in the repository's metadata names the device: the probe asked torch.
+    assert comments_before(text, "device") == "# probed: torch._C._get_privateuse1_backend_name()"
+    assert [c.value for c in m.capabilities] == PROBED_CAPABILITIES
+    assert re.search(r"#   sparse +no +NotImplementedError", text)
+    assert {"float32", "float16", "bfloat16", "int64", "bool"} <= set(m.dtypes)
+    assert [v.path for v in m.suites.vendor] == ["test" if fixture == "setup-py" else "tests"]
+    assert m.build.extra_requirements == (["scikit-build-core>=0.10"] if fixture == "scikit-build" else [])
+
+    workflow = YAML(typ="safe").load((repo / onboard.WORKFLOW).read_text())
+    [job] = workflow["jobs"].values()
+    assert job["uses"] == f"ootci/ootci/.github/workflows/backend.yml@{head(REPO)}"
+    assert job["with"]["backend"] == "ci/backend.toml"
+
+    out = tmp_path / "runs"
+    run = ootci("run", "ci/backend.toml", "--torch", "2.13.0", "--suites", "smoke", "--out", str(out), cwd=repo,
+                timeout=1200)
+    assert run.returncode == 0, run.stdout + run.stderr
+    record = json.loads(next(out.glob("*/record.json")).read_text())
+    stages = {s["name"]: s["status"] for s in record["stages"]}
+    assert stages == {"torch": "passed", "build": "passed", "install": "passed", "autoload": "passed",
+                      "smoke": "passed", "integration": "skipped"}
+    assert record["device"] == device and record["status"] == "passed"
+
+    again = ootci("init", cwd=repo, timeout=120)
+    assert again.returncode == 2 and "ci/backend.toml already exists" in again.stderr
+
+
+@pytest.mark.slow
+def test_no_probe_writes_what_is_declared_and_force_overwrites(tmp_path, torch_layer):
+    repo = materialize("pyproject", tmp_path / "repo")
+    (repo / "ci").mkdir()
+    (repo / onboard.MANIFEST).write_text("old\n")
+    result = ootci("init", "--no-probe", "--device", "acme", "--force", cwd=repo, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    m = manifest.load(repo / onboard.MANIFEST)
+    assert (m.device, m.distribution, m.capabilities) == ("acme", "acme-accel", [])
+    assert "NOT PROBED (--no-probe)" in (repo / onboard.MANIFEST).read_text()
+    assert not list(repo.rglob("*.so")), "--no-probe compiles nothing"
+
+
+@pytest.mark.slow
+def test_a_failed_probe_is_said_and_leaves_the_rest_to_fill_in(tmp_path, torch_layer):
+    # Without OpenReg's aten/ kernels the device is registered, but no tensor can reach it.
+    repo = materialize("setup-py", tmp_path / "repo")
+    shutil.rmtree(repo / "csrc" / "aten")
+    result = ootci("init", cwd=repo, timeout=1200)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "a tensor cannot be copied to device 'nova' (torch._C._get_privateuse1_backend_name())" in result.stderr
+    assert "Fill in capabilities and dtypes in ci/backend.toml by hand" in result.stderr
+    text = (repo / onboard.MANIFEST).read_text()
+    m = manifest.load(repo / onboard.MANIFEST)
+    assert m.device == "nova" and m.capabilities == []
+    assert "# NOT PROBED (the probe failed: a tensor cannot be copied to device 'nova'" in text
+    assert comments_before(text, "device") == "# probed: torch._C._get_privateuse1_backend_name()"
+
+
+CRASH_STREAMS = """\
+import builtins, os, sys
+
+_import = builtins.__import__
+
+
+def _crash_on_streams(name, *args, **kwargs):
+    module = _import(name, *args, **kwargs)
+    # Once the probe's checks import torch (torch itself is complete by then).
+    if name == "torch" and sys._getframe(1).f_code.co_filename.endswith("capabilities.py"):
+        module.Stream = lambda *a, **k: os.abort()
+    return module
+
+
+builtins.__import__ = _crash_on_streams
+"""
+
+
+@pytest.mark.slow
+def test_a_check_that_crashes_is_a_no_and_the_probe_goes_on(tmp_path, onboarded, monkeypatch):
+    repo, result = onboarded("setup-py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    env_root = re.search(r"(?:installed torch_nova \S+ in|torch_nova \S+ reused environment) (\S+)",
+                         result.stderr).group(1)
+    # torch.Stream aborts the interpreter in this environment (a sitecustomize patches it).
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(CRASH_STREAMS)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    probed = device_probe.probe(Path(env_root) / "bin" / "python", "torch_nova", None, log=tmp_path / "probe.log")
+    assert probed.failure is None and probed.device == "nova"
+    streams = probed.capabilities["streams"]
+    assert not streams.works and "SIGABRT" in streams.detail and "streams check" in streams.detail
+    assert {n for n, f in probed.capabilities.items() if f.works} == set(PROBED_CAPABILITIES) - {"streams"}
+    assert all(f.works for f in probed.dtypes.values()), probed.dtypes
