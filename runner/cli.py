@@ -22,6 +22,7 @@ COMMANDS = [
     "dashboard",
     "history",
     "summary",
+    "relay",
 ]
 
 

@@ -53,5 +53,11 @@ class ProjectError(OotciError):
     exit_code = 10  # 9 is history's PublishError
 
 
+class RelayError(OotciError):
+    """A dispatch of PyTorch's CI relay that does not validate, or a report the relay did not take."""
+
+    exit_code = 11
+
+
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130

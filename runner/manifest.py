@@ -13,6 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -83,6 +84,11 @@ class CI(_Strict):
     runs_on: list[str] = Field(default_factory=lambda: ["ubuntu-latest"], description="GitHub runner labels")
     container: str = Field(default="", description="container image for the job, empty for none")
     torch: str = Field(default="nightly", description="torch spec used by the nightly matrix")
+    pull_requests: bool | None = Field(
+        default=None,
+        description="run on PyTorch pull requests (`ootci relay plan`); unset: yes, unless the backend is a "
+        "prebuilt package pinned to one torch (`==` in source.requirement), which a PR's torch cannot be",
+    )
 
 
 class VendorSuite(_Strict):
@@ -183,6 +189,29 @@ class Manifest(_Strict):
         except InvalidVersion:
             return None
         return self.ci.torch
+
+    def pull_request_gate(self) -> str | None:
+        """Why this backend does not run on PyTorch pull requests, or None when it does."""
+        if self.ci.pull_requests is not None:
+            return None if self.ci.pull_requests else "[ci] pull_requests = false in its manifest"
+        pin = self.pinned_requirement
+        if pin:
+            return (f"prebuilt {pin} is pinned to one torch, and a pull request builds another "
+                    "(set [ci] pull_requests = true to run it anyway)")
+        return None
+
+    @property
+    def pinned_requirement(self) -> str | None:
+        """source.requirement of a prebuilt backend when it pins one version (`torch-npu==2.13.0`)."""
+        if self.build.recipe != "prebuilt" or not self.source.requirement:
+            return None
+        try:
+            requirement = Requirement(self.source.requirement)
+        except InvalidRequirement:
+            return None
+        if any(s.operator in ("==", "===") and not s.version.endswith("*") for s in requirement.specifier):
+            return self.source.requirement
+        return None
 
     @field_validator("entry_point")
     @classmethod
