@@ -35,7 +35,7 @@ def env() -> jinja2.Environment:
     global _env
     if _env is None:
         _env = jinja2.Environment(
-            loader=jinja2.PackageLoader("dashboard", "templates"),
+            loader=jinja2.PackageLoader(__package__, "templates"),
             autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
         )
         _env.filters.update(duration=fmt_duration, when=fmt_time, short=short_sha, counts=counts_text,

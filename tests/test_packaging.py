@@ -113,6 +113,12 @@ def test_run_openreg_from_the_installed_wheel(installed, tmp_path):
     assert stages["build"] == stages["install"] == stages["autoload"] == "passed", stages
     bundled = next(installed["python"].parent.parent.glob("lib/python*/site-packages/ootci/backends/openreg"))
     assert not (bundled / "build").exists() and not list(bundled.glob("*.egg-info"))
+    # The dashboard's templates come with the package.
+    site = _run([installed["ootci"], "dashboard", "build", "--data", tmp_path / "runs", "--out", tmp_path / "site"],
+                cwd=installed["cwd"], env=env)
+    assert site.returncode == 0, site.stderr[-3000:]
+    assert record["run_id"] in (tmp_path / "site" / "index.html").read_text() or \
+        any(record["run_id"] in p.read_text() for p in (tmp_path / "site").rglob("*.html"))
 
 
 def test_an_empty_registry_is_said_out_loud(tmp_path, monkeypatch, capsys):

@@ -139,6 +139,9 @@ def test_remote_actions_are_skipped_under_act(path):
 PRIVILEGED_JOBS = {
     "deploy": ["actions/configure-pages", "actions/deploy-pages"],
     "publish": ["actions/download-artifact", "pypa/gh-action-pypi-publish"],
+    # The relay authenticates a report by the OIDC token of the job that sends it.
+    "relay-start": ["actions/checkout", "$/actions/setup", "$/actions/relay-report"],
+    "relay-end": ["actions/checkout", "$/actions/setup", "actions/download-artifact", "$/actions/relay-report"],
 }
 
 

@@ -196,24 +196,72 @@ def test_backend_workflow_fails_the_job_but_still_publishes_the_record(act_setup
     assert stages["build"] is Status.failed and stages["install"] is Status.blocked
 
 
-def test_pytorch_pr_workflow_refuses_a_payload_that_is_not_a_number(act_setup, tmp_path):
-    """The relay's payload is untrusted: it reaches the shell through env and stops there."""
-    workdir, root, env = act_setup
-    marker = tmp_path / "injected"
-    payload = tmp_path / "event.json"
-    payload.write_text(json.dumps({"action": "pytorch-pr",
-                                   "client_payload": {"pr_number": f"1$(touch {marker})\n::set-output name=pr::1"}}))
+RELAY_FIXTURES = REPO / "tests" / "fixtures" / "relay"
 
-    result = run_act(workdir, "repository_dispatch", ".github/workflows/pytorch-pr.yml",
-                     env={**env, "OOTCI_ACT_DIR": str(tmp_path)}, inputs={}, log=tmp_path / "act.log",
-                     stubs=root / "stubs", event_payload=payload)
+
+def relay_dispatch(workdir: Path, root: Path, tmp_path: Path, fixture: str, *, env: dict[str, str],
+                   variables: dict[str, str] | None = None):
+    """pytorch-pr.yml started by PyTorch's relay: repository_dispatch with the fixture event."""
+    ootci_act_dir = act_dir(tmp_path, "out")
+    return run_act(workdir, "repository_dispatch", ".github/workflows/pytorch-pr.yml",
+                   env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir)}, inputs={}, log=tmp_path / "act.log",
+                   stubs=root / "stubs", event_payload=RELAY_FIXTURES / fixture, variables=variables), ootci_act_dir
+
+
+def test_pytorch_pr_refuses_a_relay_payload_whose_number_is_not_a_number(act_setup, tmp_path):
+    """The relay's payload is untrusted: it reaches ootci through the event file and stops there."""
+    workdir, root, env = act_setup
+    result, out = relay_dispatch(workdir, root, tmp_path, "hostile-number.json", env=env)
 
     assert result.returncode != 0
-    assert "the PR number is not a number of at most 8 digits" in result.output
-    assert not marker.exists()
-    assert "::set-output:: matrix=" not in result.output and "::set-output:: pr=" not in result.output
-    # The build never started.
-    assert "Run Main ./actions/get-torch" not in result.output
+    assert "ootci: " in result.output and "pull_request.number" in result.output
+    assert "::set-output:: matrix=" not in result.output and "::set-output:: action=" not in result.output
+    assert "Run Main ./actions/get-torch" not in result.output and "relay-report" not in result.output
+    assert not (out / "artifacts").exists()
+
+
+@pytest.mark.parametrize("fixture, planned, why", [
+    ("synchronize-ungated.json", "ignore", "nothing to run: no ciflow/oot label, and the default for unlabelled PRs "
+                                           "is none"),
+    ("closed.json", "cancel", "PR #167123 was closed"),
+])
+def test_pytorch_pr_starts_no_backend_for_an_unlabelled_or_closed_pr(act_setup, tmp_path, fixture, planned, why):
+    workdir, root, env = act_setup
+    result, out = relay_dispatch(workdir, root, tmp_path, fixture, env=env)
+
+    assert result.returncode == 0, result.output[-6000:]
+    assert f"::set-output:: action={planned}" in result.output
+    assert "Run Main ./actions/get-torch" not in result.output and "relay-report" not in result.output
+    assert f"ootci relay plan: {planned}: {why}" in result.output
+    assert not (out / "artifacts").exists()
+
+
+@needs_openreg
+def test_pytorch_pr_runs_a_gated_pr_and_reports_to_the_relay(act_setup, httpserver, tmp_path):
+    """The relay's real payload (synchronize, label ciflow/oot) runs OpenReg, with 2.13.0 standing
+    in for the PR's torch build (OOTCI_PR_TORCH), files the record under the PR, and reports
+    in_progress then completed to a local relay with this job's OIDC token."""
+    from tests.support.fake_relay import FakeRelay
+
+    workdir, root, env = act_setup
+    event = json.loads((RELAY_FIXTURES / "synchronize-gated.json").read_text())
+    relay = FakeRelay(httpserver, dispatched={event["client_payload"]["delivery_id"]})
+    token_env = {k: v for k, v in relay.env().items() if k.startswith("ACTIONS_")}
+    result, out = relay_dispatch(
+        workdir, root, tmp_path, "synchronize-gated.json", env={**env, **token_env},
+        variables={"OOTCI_PR_TORCH": TORCH, "OOTCI_RELAY_CALLBACK_URL": relay.env()["OOTCI_RELAY_CALLBACK_URL"]})
+
+    assert result.returncode == 0, result.output[-8000:]
+    assert_no_gated_action_ran(result.output)
+    [record] = records_under(out / "history" / "runs")
+    assert (record.backend, record.trigger, record.pr, record.status) == (BACKEND, "pr", 167123, Status.passed)
+    assert [b["workflow"]["status"] for b in relay.accepted] == ["in_progress", "completed"]
+    assert relay.accepted[1]["workflow"]["conclusion"] == "success"
+    for body in relay.accepted:  # the envelope, unchanged, beside the workflow object
+        assert {k: v for k, v in body.items() if k != "workflow"} == event["client_payload"]
+    assert all(auth.startswith("Bearer jwt.pytorch-cross-repo-ci-relay.") for auth in relay.auth)
+    results = relay.accepted[1]["workflow"]["test_results"]
+    assert BACKEND in json.dumps(results)
 
 
 VENDOR_TESTS = ("conftest.py", "test_device.py", "test_ops.py")

@@ -145,7 +145,7 @@ def as_called_from_elsewhere(repo: Path, dest: Path, sha: str) -> CalledOotci:
 
 def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], inputs: dict[str, str],
             log: Path, stubs: Path, event_payload: Path | None = None, ootci: CalledOotci | None = None,
-            labels: tuple[str, ...] = ("ubuntu-latest",)) -> ActResult:
+            labels: tuple[str, ...] = ("ubuntu-latest",), variables: dict[str, str] | None = None) -> ActResult:
     """ootci: the ootci copy a vendor repository (workdir) calls; labels: runner labels that
     run on this host."""
     argv = [act_binary() or "act", event, "-W", workflow,
@@ -165,6 +165,8 @@ def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], in
         argv += ["--env", f"{key}={value}"]
     for key, value in inputs.items():
         argv += ["--input", f"{key}={value}"]
+    for key, value in (variables or {}).items():  # repository variables: vars.KEY
+        argv += ["--var", f"{key}={value}"]
     completed = subprocess.run(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                timeout=ACT_TIMEOUT_S, env={**os.environ, "NO_COLOR": "1"})
     log.write_text(completed.stdout)
