@@ -132,6 +132,10 @@ class RunRecord(_Model):
     device: str
     trigger: str = "manual"
     pr: int | None = None
+    pr_head_sha: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$",
+                                    description="the PyTorch PR's head commit the run tested (trigger pr)")
+    relay_delivery_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$",
+                                          description="the delivery id of PyTorch's relay dispatch that started it")
     torch: TorchInfo
     python: str = ""
     platform: str = ""

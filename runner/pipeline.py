@@ -115,6 +115,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
     ref = registry.reference(manifest)  # how the reproduce command names the backend
     record = RunRecord(
         run_id=run_id, backend=manifest.name, device=manifest.device, trigger=options.trigger, pr=options.pr,
+        pr_head_sha=options.pr_head_sha, relay_delivery_id=options.relay_delivery_id,
         torch=torch, python=platform.python_version(),
         platform=f"{sys.platform}-{platform.machine()}", host=socket.gethostname(),
         ootci_version=__version__, started_at=started,

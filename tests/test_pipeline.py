@@ -192,6 +192,8 @@ def test_github_actions_output(toy_runs, tmp_path):
         (["--python", "/nonexistent/python"], 2, "--python: /nonexistent/python is not an interpreter"),
         (["--torch", "installed"], 2, "--torch installed needs --python"),
         (["--suites", "smoke,fuzz"], 2, "unknown suite 'fuzz'"),
+        (["--pr-head-sha", "7c3f1e2$(reboot)"], 2, "--pr-head-sha: '7c3f1e2$(reboot)' is not 40 lowercase hexadecimal"),
+        (["--delivery-id", "a b\n::error::x"], 2, "--delivery-id: 'a b\\n::error::x' is not 1-64 letters"),
         (["--torch", "nightyl"], 5, "unknown torch spec 'nightyl'"),
         (["--torch", "/nope/torch-2.13.0-cp311-cp311-linux_x86_64.whl"], 5, "torch wheel not found: /nope/"),
         (["--torch", "nightly", "--index-url", "http://127.0.0.1:9/simple"], 6,

@@ -255,6 +255,9 @@ def test_pytorch_pr_runs_a_gated_pr_and_reports_to_the_relay(act_setup, httpserv
     assert_no_gated_action_ran(result.output)
     [record] = records_under(out / "history" / "runs")
     assert (record.backend, record.trigger, record.pr, record.status) == (BACKEND, "pr", 167123, Status.passed)
+    pull_request = event["client_payload"]["payload"]["pull_request"]
+    assert record.pr_head_sha == pull_request["head"]["sha"]
+    assert record.relay_delivery_id == event["client_payload"]["delivery_id"]
     assert [b["workflow"]["status"] for b in relay.accepted] == ["in_progress", "completed"]
     assert relay.accepted[1]["workflow"]["conclusion"] == "success"
     for body in relay.accepted:  # the envelope, unchanged, beside the workflow object

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would run (the torch plan, the stages) and stop")
     p.add_argument("--trigger", default="manual", choices=["manual", "nightly", "pr"])
     p.add_argument("--pr", type=int, help="PyTorch PR number the run belongs to")
+    p.add_argument("--pr-head-sha", metavar="SHA", help="the PR's head commit the run tests (40 hex digits)")
+    p.add_argument("--delivery-id", metavar="ID", help="delivery id of PyTorch's relay dispatch that started the run")
     p.add_argument("--jobs", type=int, help="parallel build jobs (MAX_JOBS)")
     p.add_argument("--cache", type=Path, help="cache directory (default $OOTCI_CACHE or ~/.cache/ootci)")
     p.set_defaults(func=cmd_run)
@@ -48,11 +51,16 @@ def options_from(args: argparse.Namespace) -> RunOptions:
     if python is not None and torch != "installed":
         raise UsageError("--python uses the torch already installed there: drop --torch or pass --torch installed")
     spec = torchspec.parse(torch)
+    if args.pr_head_sha is not None and not re.fullmatch(r"[0-9a-f]{40}", args.pr_head_sha):
+        raise UsageError(f"--pr-head-sha: {args.pr_head_sha[:60]!r} is not 40 lowercase hexadecimal digits")
+    if args.delivery_id is not None and not re.fullmatch(r"[A-Za-z0-9-]{1,64}", args.delivery_id):
+        raise UsageError(f"--delivery-id: {args.delivery_id[:60]!r} is not 1-64 letters, digits and '-'")
     if args.out.exists() and not args.out.is_dir():
         raise OutputError(f"--out: {args.out} exists and is not a directory")
     # Absolute: stages run tools in other working directories.
     return RunOptions(torch=spec.raw, out=args.out.absolute(), python=python, index_url=args.index_url, suites=suites,
-                      trigger=args.trigger, pr=args.pr, jobs=args.jobs, cache=args.cache,
+                      trigger=args.trigger, pr=args.pr, pr_head_sha=args.pr_head_sha or None,
+                      relay_delivery_id=args.delivery_id or None, jobs=args.jobs, cache=args.cache,
                       torch_repo=args.torch_repo, dry_run=args.dry_run)
 
 

@@ -31,6 +31,8 @@ class RunOptions:
     suites: tuple[str, ...] = SUITES
     trigger: str = "manual"
     pr: int | None = None
+    pr_head_sha: str | None = None
+    relay_delivery_id: str | None = None
     dry_run: bool = False
     cache: Path | None = None
     jobs: int | None = None
