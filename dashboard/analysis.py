@@ -1,6 +1,7 @@
-"""History questions about one backend, answered from the index.
+"""History questions about one backend, or one pull request, answered from the index.
 
-`runs` are the backend's main-line runs (not PR runs), oldest first.
+`runs` are the backend's main-line runs (not PR runs), oldest first, unless a
+function says otherwise.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from .store import Index, Run
 
 FLAKY_WINDOW = 30
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
+_SHA = re.compile(r"^[0-9a-f]{40}$")
 COMPARE_URL = "https://github.com/pytorch/pytorch/compare/{green}...{red}"
+COMMIT_URL = "https://github.com/pytorch/pytorch/commit/{sha}"
+PULL_URL = "https://github.com/pytorch/pytorch/pull/{pr}"
+NEW_VS_NIGHTLY_SHOWN = 50  # per PR run; the run page has the rest
 
 
 def mainline(runs: list[Run]) -> list[Run]:
@@ -124,3 +129,66 @@ def expected_failures(index: Index, run: Run | None) -> list[tuple[str, str, str
         return []
     reasons = index.xfail(run.id)
     return sorted((t, o, reasons.get(t, "")) for t, o in index.notable(run.id).items() if o in ("xfailed", "xpassed"))
+
+
+# --- pull requests ---------------------------------------------------------------------
+
+def pull_url(pr: int) -> str:
+    return PULL_URL.format(pr=int(pr))
+
+
+@dataclass
+class AgainstNightly:
+    """A PR run's failing tests that were not failing in its backend's nightly before it."""
+
+    nightly: Run | None  # None: the backend has no nightly run that started before the PR run
+    new_failures: list[tuple[str, str]] = field(default_factory=list)  # (test id, outcome)
+
+
+def against_nightly(index: Index, run: Run) -> AgainstNightly:
+    """Compare with the backend's latest nightly that started before the run: what the PR
+    run fails that this nightly did not fail (passed, skipped, or did not run)."""
+    nightly = index.nightly_before(run.backend, run.started_at)
+    if nightly is None:
+        return AgainstNightly(None)
+    before = index.notable(nightly.id)
+    new = sorted((t, o) for t, o in index.notable(run.id).items() if o in FAILING and before.get(t) not in FAILING)
+    return AgainstNightly(nightly, new)
+
+
+@dataclass
+class PrRun:
+    run: Run
+    latest: bool  # the newest run of its backend at this head
+    vs_nightly: AgainstNightly
+
+
+@dataclass
+class Head:
+    """The runs of a PR at one head commit."""
+
+    sha: str | None  # None: records that do not name the head (older ones, or started by hand)
+    runs: list[PrRun]
+
+    @property
+    def commit_url(self) -> str | None:
+        # The model only admits 40 hex digits; checked again because the link is built from it.
+        return COMMIT_URL.format(sha=self.sha) if self.sha and _SHA.match(self.sha) else None
+
+
+def pr_heads(index: Index, runs: list[Run]) -> list[Head]:
+    """A PR's runs grouped by the head commit they tested, the group with the newest run
+    first; in a group by backend, each backend's newest run first."""
+    groups: dict[str | None, list[Run]] = {}
+    for run in sorted(runs, key=lambda r: (r.started_at, r.id), reverse=True):
+        groups.setdefault(run.pr_head_sha, []).append(run)
+    heads = []
+    for sha, members in groups.items():
+        members.sort(key=lambda r: r.backend)  # stable: newest first within a backend
+        seen: set[str] = set()
+        rows = []
+        for run in members:
+            rows.append(PrRun(run, run.backend not in seen, against_nightly(index, run)))
+            seen.add(run.backend)
+        heads.append(Head(sha, rows))
+    return heads

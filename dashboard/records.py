@@ -121,6 +121,7 @@ class RunSummary:
     device: str
     trigger: str
     pr: int | None
+    pr_head_sha: str | None  # the PR's head commit a `pr` run tested (40 hex; the model checks)
     started_at: str
     finished_at: str | None
     status: str
@@ -248,6 +249,7 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
     return RunSummary(
         rel=found.rel, mtime_ns=found.mtime_ns, size=found.size, run_id=record.run_id,
         backend=record.backend, device=record.device, trigger=record.trigger, pr=record.pr,
+        pr_head_sha=record.pr_head_sha,
         started_at=_iso(record.started_at), finished_at=_iso(record.finished_at) if record.finished_at else None,
         status=record.status.value, torch_spec=record.torch.spec, torch_version=record.torch.version,
         torch_git=record.torch.git_version, command=record.reproduce(), duration_s=round(max(duration, 0.0), 3),

@@ -88,6 +88,8 @@ class _Build:
         self.dirty_prs: set[int] = set()
         self.removed_runs: list[Run] = []
         self.replaced: list[Run] = []  # rows of records that changed: their old page goes
+        # (backend, started_at) of nightly runs added, changed or removed: PR pages compare with them.
+        self.nightlies: list[tuple[str, str]] = []
         self.staging = site.parent / f".{site.name}.building-{os.getpid()}"
         index.digester = self._digest_run
         self.unreadable: set[str] = set()  # records whose tests were found unreadable (warned once)
@@ -169,11 +171,12 @@ class _Build:
             self.dirty_backends.add(result.backend)
             if result.pr is not None:
                 self.dirty_prs.add(result.pr)
+            if result.trigger == "nightly":
+                self.nightlies.append((result.backend, result.started_at))
             if old is not None:
                 self.replaced.append(old)
                 self.dirty_backends.add(old.backend)
-                if old.pr is not None:
-                    self.dirty_prs.add(old.pr)
+                self._touch_prs(old)
 
     def _forget(self, rel: str) -> None:
         run = self.index.delete(rel)
@@ -181,8 +184,14 @@ class _Build:
             self.report.removed += 1
             self.removed_runs.append(run)
             self.dirty_backends.add(run.backend)
-            if run.pr is not None:
-                self.dirty_prs.add(run.pr)
+            self._touch_prs(run)
+
+    def _touch_prs(self, run: Run) -> None:
+        """Mark the PR pages that show this run, as a PR run or as the nightly compared with."""
+        if run.pr is not None:
+            self.dirty_prs.add(run.pr)
+        if run.trigger == "nightly":
+            self.nightlies.append((run.backend, run.started_at))
 
     def _summaries(self, changed: list[FoundFile]):
         jobs = self.jobs or os.cpu_count() or 1
@@ -254,6 +263,9 @@ class _Build:
         stale = [i for i in have if i not in want_ids]
         for i in stale:
             self._drop_page(have[i])
+        if not full:  # PR pages that link a page now gone are written again
+            for run in self.index.rows(stale):
+                self._touch_prs(run)
         self.index.clear_pages(stale)
 
         # Worker processes write the run pages while this one writes everything else. The
@@ -294,11 +306,16 @@ class _Build:
             self.index.set_backend_cache(b, cache[b])
 
         prs = self.index.prs()
+        if not full:
+            for backend, started_at in self.nightlies:
+                self.dirty_prs |= self.index.prs_after_nightly(backend, started_at)
         for pr in (p for p, _, _ in prs) if full else sorted(self.dirty_prs):
             runs = self.index.pr_runs(pr)
             if runs:
-                self.put(f"prs/{pr}.html", render.page("pr.html.j2", root="../", pr=pr, runs=runs, paged=paged,
-                                                       generated=generated))
+                self.put(f"prs/{pr}.html", render.page(
+                    "pr.html.j2", root="../", pr=pr, heads=analysis.pr_heads(self.index, runs),
+                    pull_url=analysis.pull_url(pr), shown=analysis.NEW_VS_NIGHTLY_SHOWN, paged=paged,
+                    generated=generated))
             elif (self.staging / f"prs/{pr}.html").exists():
                 (self.staging / f"prs/{pr}.html").unlink()
 
@@ -450,7 +467,7 @@ def _run_ref(run: Run | None) -> dict | None:
 def _run_entry(run: Run, paged: set[int]) -> dict:
     return {
         "run_id": run.run_id, "started_at": run.started_at, "finished_at": run.finished_at,
-        "status": run.status, "trigger": run.trigger, "pr": run.pr,
+        "status": run.status, "trigger": run.trigger, "pr": run.pr, "pr_head_sha": run.pr_head_sha,
         "torch": {"spec": run.torch_spec, "version": run.torch_version, "git_version": run.torch_git},
         "stages": {s["name"]: s["status"] for s in run.stages}, "tests": run.counts,
         "pass_rate": run.pass_rate, "duration_s": run.duration_s,

@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS runs(
   device TEXT NOT NULL,
   trigger TEXT NOT NULL,
   pr INTEGER,
+  pr_head_sha TEXT,
   started_at TEXT NOT NULL,
   finished_at TEXT,
   status TEXT NOT NULL,
@@ -58,10 +59,10 @@ CREATE TABLE IF NOT EXISTS backend_cache(backend TEXT PRIMARY KEY, data TEXT NOT
 """
 
 # Columns every page needs; the big blobs (notable, ops) are fetched only on demand.
-LIGHT = ("id, rel, run_id, backend, device, trigger, pr, started_at, finished_at, status, torch_spec, "
+LIGHT = ("id, rel, run_id, backend, device, trigger, pr, pr_head_sha, started_at, finished_at, status, torch_spec, "
          "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, page_files, problems")
 # The index is a cache of what the records say: a different layout is simply rebuilt.
-INDEX_VERSION = "4"
+INDEX_VERSION = "5"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -174,10 +175,11 @@ class Index:
             self.db.execute("DELETE FROM runs WHERE id=?", (old["id"],))
         slug = self._free_slug(s.backend, safe_name(s.run_id), s.rel)
         cursor = self.db.execute(
-            "INSERT INTO runs(rel, mtime_ns, size, run_id, backend, device, trigger, pr, started_at, finished_at,"
-            " status, torch_spec, torch_version, torch_git, command, duration_s, pass_rate, stages, counts,"
-            " notable, testset, digested, problems, slug, page) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,0)",
-            (s.rel, s.mtime_ns, s.size, s.run_id, s.backend, s.device, s.trigger, s.pr, s.started_at,
+            "INSERT INTO runs(rel, mtime_ns, size, run_id, backend, device, trigger, pr, pr_head_sha, started_at,"
+            " finished_at, status, torch_spec, torch_version, torch_git, command, duration_s, pass_rate, stages,"
+            " counts, notable, testset, digested, problems, slug, page)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,0)",
+            (s.rel, s.mtime_ns, s.size, s.run_id, s.backend, s.device, s.trigger, s.pr, s.pr_head_sha, s.started_at,
              s.finished_at, s.status, s.torch_spec, s.torch_version, s.torch_git, s.command, s.duration_s,
              s.pass_rate, s.stages_json, s.counts_json, s.notable_zjson, s.testset, s.problems_json, slug))
         if s.digest is not None:
@@ -254,6 +256,26 @@ class Index:
     def pr_runs(self, pr: int) -> list[Run]:
         return [Run(r) for r in self.db.execute(
             f"SELECT {LIGHT} FROM runs WHERE pr=? ORDER BY started_at DESC, id DESC", (pr,))]
+
+    def nightly_before(self, backend: str, started_at: str) -> Run | None:
+        """The backend's latest `nightly` run that started before `started_at`."""
+        row = self.db.execute(
+            f"SELECT {LIGHT} FROM runs WHERE backend=? AND trigger='nightly' AND started_at < ?"
+            " ORDER BY started_at DESC, id DESC LIMIT 1", (backend, started_at)).fetchone()
+        return Run(row) if row is not None else None
+
+    def prs_after_nightly(self, backend: str, started_at: str) -> set[int]:
+        """PRs whose runs of the backend compare with a nightly that started at `started_at`
+        (see nightly_before): runs from then up to the backend's next nightly."""
+        return {r[0] for r in self.db.execute(
+            "SELECT DISTINCT pr FROM runs WHERE backend=? AND pr IS NOT NULL AND started_at >= ?"
+            " AND started_at <= COALESCE((SELECT MIN(started_at) FROM runs WHERE backend=? AND trigger='nightly'"
+            " AND started_at > ?), started_at)", (backend, started_at, backend, started_at))}
+
+    def rows(self, ids: list[int]) -> list[Run]:
+        """The runs with these index ids (those still in the index)."""
+        found = (self.db.execute(f"SELECT {LIGHT} FROM runs WHERE id=?", (i,)).fetchone() for i in ids)
+        return [Run(r) for r in found if r is not None]
 
     def prs(self) -> list[tuple[int, str, int]]:
         """(pr, latest started_at, run count), newest first."""

@@ -46,6 +46,11 @@ def torch_commit(day: int) -> str:
     return hashlib.sha1(f"pytorch-nightly-{day}".encode()).hexdigest()
 
 
+def pr_head(pr: int, push: int = 0) -> str:
+    """The head commit of a PR after its push-th push: stable, 40 hex digits."""
+    return hashlib.sha1(f"pytorch-pr-{pr}-push-{push}".encode()).hexdigest()
+
+
 def torch_version(day: int) -> str:
     date = (EPOCH + dt.timedelta(days=day)).strftime("%Y%m%d")
     return f"2.13.0.dev{date}+cpu"
@@ -105,7 +110,7 @@ def _root_cause(stage: str, device: str) -> RootCause:
 
 
 def build_record(sc: Scenario, day: int, *, tests_per_op: int = 1, trigger: str = "nightly",
-                 pr: int | None = None, seed: int = 0) -> RunRecord:
+                 pr: int | None = None, pr_head_sha: str | None = None, seed: int = 0) -> RunRecord:
     """One night of one backend as a real RunRecord."""
     rng = random.Random(f"{seed}-{sc.name}-{day}-{trigger}-{pr}")
     red = sc.red_from is not None and day >= sc.red_from and (sc.fixed_from is None or day < sc.fixed_from)
@@ -149,7 +154,7 @@ def build_record(sc: Scenario, day: int, *, tests_per_op: int = 1, trigger: str 
     command = f"ootci run {sc.name} --torch nightly" + (f" --trigger pr --pr {pr}" if pr else "")
     return RunRecord(
         run_id=f"{sc.name}-{started.strftime('%Y%m%dT%H%M%S')}" + (f"-pr{pr}" if pr else ""),
-        backend=sc.name, device=sc.device, trigger=trigger, pr=pr, torch=torch,
+        backend=sc.name, device=sc.device, trigger=trigger, pr=pr, pr_head_sha=pr_head_sha, torch=torch,
         python="3.11.7", platform="linux-x86_64", host="ci-runner-1", ootci_version="0.1.0",
         started_at=started, finished_at=clock, status=overall_status(stages), stages=stages,
         tests=tests, command=command,
@@ -209,7 +214,8 @@ def write_history(root: Path, scenarios: list[Scenario] | None = None, nights: i
             paths.append(write_record(root, build_record(sc, day, tests_per_op=tests_per_op)))
     for i in range(prs):
         for sc in (scenarios or default_scenarios())[:2]:
-            rec = build_record(sc, nights - 1, trigger="pr", pr=100 + i, tests_per_op=tests_per_op)
+            rec = build_record(sc, nights - 1, trigger="pr", pr=100 + i, pr_head_sha=pr_head(100 + i),
+                               tests_per_op=tests_per_op)
             paths.append(write_record(root, rec))
     return paths
 

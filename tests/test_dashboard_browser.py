@@ -19,6 +19,8 @@ pytestmark = pytest.mark.skipif(chromium_path() is None,
                                 reason="chromium not on PATH (scripts/setup.sh installs Debian's chromium)")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "dashboard"
 COMPARE = re.compile(r"^https://github\.com/pytorch/pytorch/compare/[0-9a-f]{7,40}\.\.\.[0-9a-f]{7,40}$")
+COMMIT = re.compile(r"^https://github\.com/pytorch/pytorch/commit/[0-9a-f]{40}$")
+PULL = re.compile(r"^https://github\.com/pytorch/pytorch/pull/[0-9]+$")
 
 LONG = "very long message " * 3000
 HOSTILE_ID = 'test_evil.py::test_<script>window.__pwned = 1</script>_"quoted"'
@@ -123,7 +125,8 @@ def test_every_link_resolves(page, base):
     kinds = {urlparse(u).path.split("/")[1] for u in seen_pages}
     assert {"index.html", "coverage.html", "backends", "runs", "prs"} <= kinds
     assert any(u.endswith(".log.txt") for u in checked) and any(u.endswith(".svg") for u in checked)
-    assert external and all(COMPARE.match(u) for u in external), external
+    assert all(COMPARE.match(u) or COMMIT.match(u) or PULL.match(u) for u in external), external
+    assert all(any(shape.match(u) for u in external) for shape in (COMPARE, COMMIT, PULL)), external
     assert page.dialogs == []
 
 
@@ -149,6 +152,21 @@ def test_index_and_backend_pages_render(page, base):
     page.goto(urljoin(base, "coverage.html"))
     assert page.locator("#coverage tbody tr").count() == len(synthetic.OPS)
     shot(page, "coverage")
+
+
+def test_pr_page_shows_the_head_and_each_backend(page, base):
+    page.goto(urljoin(base, "index.html"))
+    page.get_by_role("link", name="#100", exact=True).first.click()
+    assert page.url.endswith("prs/100.html")
+    head = page.locator(f"#head-{synthetic.pr_head(100)}")
+    assert head.is_visible() and "latest tested" in head.locator("h2").inner_text()
+    assert head.get_by_role("link", name=f"commit {synthetic.pr_head(100)}").get_attribute("href") == (
+        f"https://github.com/pytorch/pytorch/commit/{synthetic.pr_head(100)}")
+    assert head.locator("table.pr-runs tbody tr").count() == 2
+    assert head.locator("ul.vs-nightly > li").count() == 2
+    head.locator("table.pr-runs tbody tr", has_text="ascend").locator("td.num a").click()
+    assert page.url.endswith(f"#{page.locator('ul.vs-nightly > li', has_text='ascend').get_attribute('id')}")
+    shot(page, "pr", full_page=True)
 
 
 def test_outcome_filter(page, base):

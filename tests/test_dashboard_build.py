@@ -3,8 +3,10 @@ updates, bad input and the all-or-nothing swap."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -124,6 +126,165 @@ def test_expected_failures_and_pr_pages(history):
     assert "ascend" in pr and "openreg" in pr and "gaudi" not in pr
     runs = api(out, "ascend")["runs"]
     assert sorted(r["pr"] for r in runs if r["trigger"] == "pr") == [100, 101]
+    assert {r["pr"]: r["pr_head_sha"] for r in runs if r["trigger"] == "pr"} == {
+        100: synthetic.pr_head(100), 101: synthetic.pr_head(101)}
+    assert {r["pr_head_sha"] for r in runs if r["trigger"] == "nightly"} == {None}
+
+
+# --- PR pages: runs by head commit, new failures against the backend's nightly ----------
+
+TEST_A, TEST_B = synthetic.smoke_ids()[:2]
+HEAD_1, HEAD_2 = synthetic.pr_head(7, 0), synthetic.pr_head(7, 1)
+
+
+def run_at(name: str, day: int, hour: int, *, pr: int | None = None, head: str | None = None,
+           outcomes: dict[str, Outcome] | None = None) -> RunRecord:
+    """A nightly (or, with pr, a PR run) of a scenario's backend that started at hour:00 of day."""
+    record = synthetic.build_record(SCENARIOS[name], day, trigger="pr" if pr else "nightly", pr=pr,
+                                    pr_head_sha=head)
+    record.started_at = synthetic.EPOCH.replace(hour=0) + dt.timedelta(days=day, hours=hour)
+    record.finished_at = record.started_at + dt.timedelta(minutes=30)
+    record.run_id = f"{name}-{record.trigger}-d{day}h{hour:02d}" + (f"-pr{pr}" if pr else "")
+    for t in record.tests:
+        if t.id in (outcomes or {}):
+            t.outcome = outcomes[t.id]
+    return record
+
+
+def write_runs(data: Path, *records: RunRecord) -> None:
+    for record in records:
+        synthetic.write_record(data, record)
+
+
+def head_sections(page: str) -> dict[str, str]:
+    """The PR page's sections by their id (head-<sha> or head-unknown), in page order."""
+    parts = page.split('<section class="box pr-head" id="')[1:]
+    return {part.split('"', 1)[0]: part.split("</section>", 1)[0] for part in parts}
+
+
+def test_pr_page_lists_failures_that_are_new_against_the_nightly(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    failed = Outcome.failed
+    write_runs(
+        data,
+        # The nightly before the PR run: A passed, B failed. The ones around it must not count.
+        run_at("openreg", 2, 2, outcomes={TEST_A: failed}),
+        run_at("openreg", 3, 2, outcomes={TEST_B: failed}),
+        run_at("openreg", 4, 2, outcomes={TEST_A: failed}),
+        # The PR fails both (B as an error): only A is new.
+        run_at("openreg", 3, 12, pr=7, head=HEAD_1, outcomes={TEST_A: failed, TEST_B: Outcome.error}),
+        # gaudi has no nightly at all.
+        run_at("gaudi", 3, 13, pr=7, head=HEAD_1, outcomes={TEST_A: failed}),
+    )
+    build(data, out)
+    page = (out / "prs" / "7.html").read_text()
+    sections = head_sections(page)
+    assert list(sections) == [f"head-{HEAD_1}"]
+    head = sections[f"head-{HEAD_1}"]
+    assert f'href="https://github.com/pytorch/pytorch/commit/{HEAD_1}"' in head
+    assert 'href="https://github.com/pytorch/pytorch/pull/7"' in head
+    assert f"<code>{HEAD_1}</code>" in head
+
+    vs = head.split('<ul class="vs-nightly">', 1)[1]
+    openreg = vs.split("<b>openreg</b>", 1)[1]
+    assert openreg.startswith(' <span class="muted">2026-01-04 12:00 UTC</span>:')
+    assert '<span class="count">1</span> new against the <a href="../runs/openreg/openreg-nightly-d3h02.html">' \
+        in openreg
+    assert TEST_A in openreg.split("</li>\n</ul>", 1)[0] and TEST_B not in page
+    gaudi = vs.split("<b>gaudi</b>", 1)[1].split("</li>", 1)[0]
+    assert "no nightly of this backend to compare with" in gaudi and TEST_A not in gaudi
+
+    runs = {r["run_id"]: r for r in api(out, "openreg")["runs"]}
+    assert runs["openreg-pr-d3h12-pr7"]["pr_head_sha"] == HEAD_1
+    assert runs["openreg-nightly-d3h02"]["pr_head_sha"] is None
+
+
+def test_pr_page_groups_runs_by_head(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    failed = Outcome.failed
+    write_runs(
+        data,
+        run_at("openreg", 3, 2),
+        # A record from before ootci kept the head commit.
+        run_at("openreg", 3, 8, pr=7, outcomes={TEST_B: failed}),
+        run_at("openreg", 3, 10, pr=7, head=HEAD_1, outcomes={TEST_A: failed}),
+        run_at("ascend", 3, 11, pr=7, head=HEAD_1),
+        # The PR was pushed again: HEAD_2 ran twice on openreg (a re-run), and it fixed A.
+        run_at("openreg", 3, 14, pr=7, head=HEAD_2, outcomes={TEST_B: failed}),
+        run_at("openreg", 3, 16, pr=7, head=HEAD_2),
+    )
+    build(data, out)
+    page = (out / "prs" / "7.html").read_text()
+    sections = head_sections(page)
+    assert list(sections) == [f"head-{HEAD_2}", f"head-{HEAD_1}", "head-unknown"]  # newest first
+
+    latest = sections[f"head-{HEAD_2}"]
+    assert '<span class="tag">latest tested</span>' in latest
+    rows = latest.split("<tbody>", 1)[1].split("</tbody>", 1)[0].split("<tr ")[1:]
+    assert [r.split(">", 1)[0] for r in rows] == ['data-status="passed" class="latest"',
+                                                  'data-status="passed" class="earlier"']
+    assert "openreg-pr-d3h16-pr7.html" in rows[0] and "openreg-pr-d3h14-pr7.html" in rows[1]
+    assert '<span class="tag">earlier run</span>' in rows[1] and "earlier run" not in rows[0]
+    assert latest.count(f"{TEST_B}</span>") == 1  # new in the re-run's predecessor only
+    assert "no new failures against the" in latest
+
+    first = sections[f"head-{HEAD_1}"]
+    assert "latest tested" not in first and f"/commit/{HEAD_1}" in first
+    assert first.count('class="latest"') == 2 and "ascend" in first and TEST_A in first
+
+    unknown = sections["head-unknown"]
+    assert "<h2>Head unknown</h2>" in unknown and "/commit/" not in unknown
+    assert "openreg-pr-d3h08-pr7.html" in unknown and TEST_B in unknown
+    assert page.count("/commit/") == 2
+
+
+def test_pr_page_follows_the_nightlies_it_compares_with(tmp_path):
+    """A nightly recorded after the PR run it precedes, and a nightly page leaving the site,
+    rewrite the PR page; a nightly that started after the PR run leaves it alone."""
+    data, out = tmp_path / "runs", tmp_path / "site"
+    failed = Outcome.failed
+    write_runs(data, run_at("openreg", 3, 12, pr=7, head=HEAD_1, outcomes={TEST_A: failed, TEST_B: failed}))
+    build(data, out, run_pages=1)
+    pr_page = out / "prs" / "7.html"
+    assert "no nightly of this backend to compare with" in pr_page.read_text()
+
+    write_runs(data, run_at("openreg", 3, 2, outcomes={TEST_B: failed}))
+    report = build(data, out, run_pages=1)
+    assert not report.full
+    page = pr_page.read_text()
+    assert '<span class="count">1</span> new against the <a href="../runs/openreg/openreg-nightly-d3h02.html">' \
+        in page and TEST_A in page and TEST_B not in page
+
+    # The next night starts after the PR run: not compared with. It takes the one run page
+    # kept, so the PR page no longer links the nightly's page but the backend's history.
+    write_runs(data, run_at("openreg", 4, 2, outcomes={TEST_A: failed}))
+    build(data, out, run_pages=1)
+    assert not (out / "runs" / "openreg" / "openreg-nightly-d3h02.html").exists()
+    page = pr_page.read_text()
+    assert "openreg-nightly-d3h02.html" not in page
+    assert 'new against the nightly of 2026-01-04 02:00 UTC (<a href="../backends/openreg.html">history</a>)' in page
+    assert TEST_A in page and TEST_B not in page
+
+    inode = pr_page.stat().st_ino
+    write_runs(data, run_at("openreg", 5, 2))
+    build(data, out, run_pages=1)
+    assert pr_page.stat().st_ino == inode
+
+
+def test_an_index_without_pr_head_sha_is_rebuilt(tmp_path):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    write_runs(data, run_at("openreg", 3, 2), run_at("openreg", 3, 12, pr=7, head=HEAD_1))
+    build(data, out)
+    # The index as the previous dashboard version left it: no pr_head_sha column.
+    db = sqlite3.connect(tmp_path / "site.state" / "index.sqlite")
+    db.execute("ALTER TABLE runs DROP COLUMN pr_head_sha")
+    db.execute("UPDATE meta SET value='4' WHERE key='index_version'")
+    db.commit()
+    db.close()
+    report = build(data, out)
+    assert report.full and report.parsed == 2 and report.warnings == []
+    assert f"/commit/{HEAD_1}" in (out / "prs" / "7.html").read_text()
+    assert [r["pr_head_sha"] for r in api(out, "openreg")["runs"]] == [HEAD_1, None]
 
 
 def test_op_coverage_lists_ops_per_backend(history):
