@@ -197,3 +197,8 @@ def test_release_publishes_only_a_tested_tag_with_trusted_publishing():
     assert checkout["with"]["fetch-depth"] == 0, "setuptools-scm needs the tags"
     test = next(s for s in build["steps"] if "tests/test_packaging.py" in s.get("run", ""))
     assert test["env"]["OOTCI_DIST"] == "dist"
+
+
+def test_a_cancelled_nightly_publishes_nothing():
+    publish = load(REPO / ".github" / "workflows" / "nightly.yml")["jobs"]["publish"]
+    assert "!cancelled()" in publish["if"] and "always()" not in publish["if"]

@@ -82,6 +82,7 @@ def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path)
     artifact = ootci_act_dir / "artifacts" / f"ootci-run-{BACKEND}-1"
     [record] = records_under(artifact)
     assert record.backend == BACKEND and record.status is Status.passed
+    assert record.trigger == "manual"  # started by hand, and the caller set no trigger
     assert record.torch.version and record.torch.version.startswith(TORCH)
     stages = {s.name: s.status for s in record.stages}
     assert stages["build"] is Status.passed and stages["install"] is Status.passed
@@ -313,7 +314,8 @@ def test_a_vendor_repository_calls_backend_yml_at_a_sha_as_the_readme_shows(act_
     index, _, _ = real_wheels.serve_nightly_index(httpserver)
     ootci_act_dir = act_dir(tmp_path, "out")
 
-    result = run_act(vendor, "workflow_dispatch", ".github/workflows/ootci.yml",
+    # The vendor's nightly: its cron fires (act's schedule event), so the run is a nightly.
+    result = run_act(vendor, "schedule", ".github/workflows/ootci.yml",
                      env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_TORCH_INDEX": index},
                      inputs={}, log=tmp_path / "act.log", stubs=tmp_path / "stubs", ootci=ootci_copy,
                      labels=("ubuntu-latest", "self-hosted", "my-accelerator"))
@@ -323,6 +325,7 @@ def test_a_vendor_repository_calls_backend_yml_at_a_sha_as_the_readme_shows(act_
     [artifact] = list((ootci_act_dir / "artifacts").iterdir())
     [record] = records_under(artifact)
     assert record.backend == "acme-openreg" and record.status is Status.passed, record.model_dump_json()[-3000:]
+    assert record.trigger == "nightly"
     assert record.torch.spec == "nightly" and record.torch.version == real_wheels.NIGHTLY
     stages = {s.name: s.status for s in record.stages}
     assert all(stages[s] is Status.passed for s in ("build", "install", "autoload", "smoke", "integration")), stages
