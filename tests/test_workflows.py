@@ -202,3 +202,11 @@ def test_release_publishes_only_a_tested_tag_with_trusted_publishing():
 def test_a_cancelled_nightly_publishes_nothing():
     publish = load(REPO / ".github" / "workflows" / "nightly.yml")["jobs"]["publish"]
     assert "!cancelled()" in publish["if"] and "always()" not in publish["if"]
+
+
+def test_setup_installs_ootci_from_a_copy_and_not_editable():
+    # An editable install writes *.egg-info into the action's directory on the runner.
+    (install,) = [s for s in steps_of(REPO / "actions" / "setup" / "action.yml") if s.get("id") == "install"]
+    assert "--editable" not in install["run"] and " -e " not in install["run"]
+    assert 'cp -R "$GITHUB_ACTION_PATH/../.." "$RUNNER_TEMP/ootci-src"' in install["run"]
+    assert 'pip install --quiet --disable-pip-version-check "$RUNNER_TEMP/ootci-src"' in install["run"]
