@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
+# Shapes of identifiers that arrive from outside (a relay dispatch, a command line),
+# checked with re.fullmatch wherever they come in.
+COMMIT_SHA = r"[0-9a-f]{40}"
+DELIVERY_ID = r"[A-Za-z0-9-]{1,64}"
+
 
 class Status(str, Enum):
     """Outcome of a stage or of a check."""
@@ -132,9 +137,9 @@ class RunRecord(_Model):
     device: str
     trigger: str = "manual"
     pr: int | None = None
-    pr_head_sha: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$",
+    pr_head_sha: str | None = Field(default=None, pattern=f"^{COMMIT_SHA}$",
                                     description="the PyTorch PR's head commit the run tested (trigger pr)")
-    relay_delivery_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$",
+    relay_delivery_id: str | None = Field(default=None, pattern=f"^{DELIVERY_ID}$",
                                           description="the delivery id of PyTorch's relay dispatch that started it")
     torch: TorchInfo
     python: str = ""
@@ -166,6 +171,14 @@ class RunRecord(_Model):
 
     def stage(self, name: str) -> StageResult | None:
         return next((s for s in self.stages if s.name == name), None)
+
+    def first_problem(self) -> str:
+        """`<stage>: <root cause>` of the first stage that did not pass (blocked ones only follow), or ''."""
+        for stage in self.stages:
+            if not stage.status.ok and stage.status is not Status.blocked:
+                cause = stage.root_cause.summary if stage.root_cause else stage.summary
+                return f"{stage.name}: {cause}"
+        return ""
 
     def reproduce(self) -> str:
         """The command that reproduces this run (records older than `command` get one built)."""

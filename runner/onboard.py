@@ -28,7 +28,7 @@ from . import manifest as manifest_mod
 from .device_probe import Finding, Probed, probe
 from .errors import ManifestError, OutputError, ProjectError, UsageError
 from .manifest import ENTRY_POINT, Build, Capability, Manifest, Source
-from .models import RunRecord, StageResult, Status, TorchInfo
+from .models import COMMIT_SHA, RunRecord, StageResult, Status, TorchInfo
 from .pipeline import run_stage
 from .stages import RunContext, RunOptions
 
@@ -38,7 +38,7 @@ OOTCI_REPOSITORY = "ootci/ootci"
 DEFAULT_TORCH = "2.13.0"
 VENDOR_TEST_DIRS = ("tests", "test")
 DEVICE_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_COMMIT = re.compile(COMMIT_SHA)
 _CHECKOUT = Path(__file__).resolve().parent.parent
 _BUILD_INFO = Path(__file__).resolve().parent / "_build.json"
 
@@ -67,7 +67,7 @@ class OotciRef:
 
     @property
     def is_commit(self) -> bool:
-        return bool(_COMMIT.match(self.ref))
+        return bool(_COMMIT.fullmatch(self.ref))
 
 
 def ootci_ref(checkout: Path = _CHECKOUT, build_info: Path = _BUILD_INFO, version: str = __version__) -> OotciRef:
@@ -76,14 +76,14 @@ def ootci_ref(checkout: Path = _CHECKOUT, build_info: Path = _BUILD_INFO, versio
     if (checkout / ".git").exists():
         result = procs.run(["git", "-C", checkout, "rev-parse", "HEAD"], timeout=30)
         commit = result.output_tail.strip()
-        if result.ok and _COMMIT.match(commit):
+        if result.ok and _COMMIT.fullmatch(commit):
             return OotciRef(commit, version, f"HEAD of the git checkout {checkout}")
     if build_info.is_file():
         try:
             commit = json.loads(build_info.read_text()).get("commit", "")
         except (OSError, ValueError, AttributeError):
             commit = ""
-        if isinstance(commit, str) and _COMMIT.match(commit):
+        if isinstance(commit, str) and _COMMIT.fullmatch(commit):
             return OotciRef(commit, version, f"the commit recorded in {build_info.name} when ootci was built")
     return OotciRef(f"v{version}", version, "the version tag: neither a git checkout nor a build record names a commit")
 

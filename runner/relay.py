@@ -38,7 +38,7 @@ import requests
 from . import record_files
 from .errors import RelayError, UsageError
 from .manifest import Manifest
-from .models import Outcome, RunRecord, Status
+from .models import COMMIT_SHA, DELIVERY_ID, Outcome, RunRecord
 
 AUDIENCE = "pytorch-cross-repo-ci-relay"
 """The audience the relay verifies OIDC tokens for (utils/jwt_helper.py, AUDIENCE)."""
@@ -62,8 +62,8 @@ TEST_RESULTS_LIMIT = 16_000
 """Bytes of `workflow.test_results` at most: lists are cut until the summary fits."""
 
 # Always used with fullmatch: with re.match, a `$` would let a trailing newline through.
-_DELIVERY_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
-_SHA = re.compile(r"[0-9a-f]{40}")
+_DELIVERY_ID = re.compile(DELIVERY_ID)
+_SHA = re.compile(COMMIT_SHA)
 _PR_NUMBER = re.compile(r"[0-9]{1,8}")
 _WORD = re.compile(r"[a-z_]{1,64}")
 _BACKEND_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
@@ -573,14 +573,6 @@ def _counts(record: RunRecord) -> dict[Outcome, int]:
     return record.test_counts or (record_files.tally(record.tests)[0] if record.tests else {})
 
 
-def _problem(record: RunRecord) -> str:
-    for stage in record.stages:
-        if not stage.status.ok and stage.status is not Status.blocked:
-            cause = stage.root_cause.summary if stage.root_cause else stage.summary
-            return " ".join(f"{stage.name}: {cause}".split())[:300]
-    return ""
-
-
 def _latest(records: Iterable[RunRecord]) -> dict[str, RunRecord]:
     latest: dict[str, RunRecord] = {}
     for record in records:
@@ -613,7 +605,7 @@ def summarize(records: list[RunRecord], *, page_url: str | None = None, baseline
             "backend": backend, "status": record.status.value, "run_id": record.run_id,
             "torch": record.torch.version or record.torch.spec,
             "counts": {o.value: n for o, n in sorted(counts.items(), key=lambda kv: kv[0].value)},
-            "problem": _problem(record), "failing": len(failing), "failing_tests": failing,
+            "problem": " ".join(record.first_problem().split())[:300], "failing": len(failing), "failing_tests": failing,
         }
         if backend in nightly:
             known = set(_failing(nightly[backend]))
@@ -664,7 +656,3 @@ def fit(summary: dict[str, Any], limit: int = TEST_RESULTS_LIMIT) -> dict[str, A
     whole = {k: summary[k] for k in ("schema", "passed", "failed", "skipped", "conclusion", "page_url")}
     return {**whole, "backends_count": len(summary["backends"]), "truncated": True}
 
-
-def github_escape(text: str) -> str:
-    """Text for a workflow command (`::error::...`): %, CR and LF encoded, so it stays one command."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")

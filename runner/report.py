@@ -21,8 +21,8 @@ ICONS = {
 }
 
 
-def _escape_annotation(text: str) -> str:
-    # Workflow commands end at a newline; % and newlines must be encoded.
+def escape_workflow_command(text: str) -> str:
+    """Text for a workflow command (`::error::...`): it ends at a newline, so %, CR and LF are encoded."""
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
@@ -90,7 +90,7 @@ class Reporter:
                 if result.root_cause and result.root_cause.hint:
                     detail += f" (hint: {result.root_cause.hint})"
                 self._print(f"::error title=ootci {backend} {result.name} {result.status.value}::"
-                            f"{_escape_annotation(detail)}")
+                            f"{escape_workflow_command(detail)}")
         line = f"  {ICONS[result.status]} {result.name:<12} {result.status.value:<8} {result.duration_s:7.1f}s  {result.summary}"
         self._print(line[:300])
         if result.root_cause and result.status not in (Status.passed, Status.skipped, Status.blocked):

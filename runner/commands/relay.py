@@ -16,6 +16,8 @@ from pathlib import Path
 
 from .. import registry, relay
 from ..errors import OotciError, RelayError, UsageError
+from ..models import COMMIT_SHA, DELIVERY_ID
+from ..report import escape_workflow_command
 from .registry import matrix_entries
 
 
@@ -89,9 +91,9 @@ def _append(variable: str, text: str) -> None:
 _OUTPUT_VALUES = {
     "action": re.compile(r"(run|cancel|ignore)"),
     "pr": re.compile(r"[0-9]{0,8}"),
-    "head_sha": re.compile(r"([0-9a-f]{40})?"),
-    "base_sha": re.compile(r"([0-9a-f]{40})?"),
-    "delivery_id": re.compile(r"[A-Za-z0-9-]{1,64}"),
+    "head_sha": re.compile(f"({COMMIT_SHA})?"),
+    "base_sha": re.compile(f"({COMMIT_SHA})?"),
+    "delivery_id": re.compile(DELIVERY_ID),
     "matrix": re.compile(r"\{[^\r\n]*\}"),
 }
 
@@ -139,7 +141,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - whatever went wrong, the job's other steps and records stay
         error = RelayError(f"relay report: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
     if _on_actions():
-        print(f"::error title=ootci relay report::{relay.github_escape(error.message)}", flush=True)
+        print(f"::error title=ootci relay report::{escape_workflow_command(error.message)}", flush=True)
     raise error from None
 
 
@@ -189,7 +191,7 @@ def _report(args: argparse.Namespace) -> int:
     if delivery.ignored:
         line = (f"ootci relay: the relay ignored the {what} report for {subject}: it takes reports only "
                 "from repositories it lists at L2 or above")
-        print(f"::warning title=ootci relay report::{relay.github_escape(line)}" if _on_actions() else line)
+        print(f"::warning title=ootci relay report::{escape_workflow_command(line)}" if _on_actions() else line)
     else:
         line = (f"ootci relay: reported {what} for {subject} (job {workflow.job_name}, check run "
                 f"{workflow.check_run_id}): HTTP {delivery.http_status} {delivery.answer}"

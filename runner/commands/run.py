@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import registry, torch_acquire, torchspec
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError, UsageError
 from ..pipeline import Interrupted, interrupt_handlers, run_backend
+from ..models import COMMIT_SHA, DELIVERY_ID
 from ..report import Reporter
 from ..stages import SUITE_STAGES, RunOptions
 
@@ -51,9 +52,9 @@ def options_from(args: argparse.Namespace) -> RunOptions:
     if python is not None and torch != "installed":
         raise UsageError("--python uses the torch already installed there: drop --torch or pass --torch installed")
     spec = torchspec.parse(torch)
-    if args.pr_head_sha is not None and not re.fullmatch(r"[0-9a-f]{40}", args.pr_head_sha):
+    if args.pr_head_sha is not None and not re.fullmatch(COMMIT_SHA, args.pr_head_sha):
         raise UsageError(f"--pr-head-sha: {args.pr_head_sha[:60]!r} is not 40 lowercase hexadecimal digits")
-    if args.delivery_id is not None and not re.fullmatch(r"[A-Za-z0-9-]{1,64}", args.delivery_id):
+    if args.delivery_id is not None and not re.fullmatch(DELIVERY_ID, args.delivery_id):
         raise UsageError(f"--delivery-id: {args.delivery_id[:60]!r} is not 1-64 letters, digits and '-'")
     if args.out.exists() and not args.out.is_dir():
         raise OutputError(f"--out: {args.out} exists and is not a directory")

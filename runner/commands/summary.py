@@ -47,14 +47,6 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")[:200]
 
 
-def _first_problem(record: RunRecord) -> str:
-    for stage in record.stages:
-        if not stage.status.ok and stage.status is not Status.blocked:
-            cause = stage.root_cause.summary if stage.root_cause else stage.summary
-            return f"{stage.name}: {cause}"
-    return ""
-
-
 def markdown_table(records: list[RunRecord], rejected: int) -> str:
     lines = [f"### ootci: {len(records)} run(s), {worst_status(records)}", ""]
     if records:
@@ -62,7 +54,7 @@ def markdown_table(records: list[RunRecord], rejected: int) -> str:
         for r in sorted(records, key=lambda r: (r.backend, r.run_id)):
             trigger = f"pr #{r.pr}" if r.trigger == "pr" and r.pr else r.trigger
             lines.append(f"| {r.backend} | {ICONS[r.status]} {r.status.value} | {_cell(r.torch.version or r.torch.spec)} "
-                         f"| {trigger} | {_cell(_first_problem(r))} | `{r.run_id}` |")
+                         f"| {trigger} | {_cell(r.first_problem())} | `{r.run_id}` |")
     else:
         lines.append("No run records were written: see the log of the run step.")
     if rejected:

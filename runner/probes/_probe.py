@@ -92,6 +92,20 @@ def device_modules() -> dict[str, str]:
     return found
 
 
+def sample_tensor(dtype):
+    """A small 3x4 CPU tensor of `dtype` with distinct values, for a round trip to a device."""
+    import torch
+
+    if dtype.is_complex:  # arange has no complex kernel: built from two real parts
+        parts = torch.arange(12, dtype=torch.float64).reshape(3, 4).div(4)
+        return torch.complex(parts, -parts).to(dtype)
+    if dtype.is_floating_point:
+        return torch.arange(12, dtype=torch.float64).reshape(3, 4).div(4).to(dtype)
+    if dtype == torch.bool:
+        return torch.arange(12).reshape(3, 4).remainder(3).eq(0)
+    return torch.arange(12, dtype=dtype).reshape(3, 4)
+
+
 def torch_state() -> dict:
     import torch
 

@@ -13,7 +13,7 @@ import argparse
 import importlib
 import time
 
-from _probe import arm, attempt, emit, loaded, split_list, torch_state
+from _probe import arm, attempt, emit, loaded, sample_tensor, split_list, torch_state
 
 
 def import_torch():
@@ -46,16 +46,7 @@ def round_trip(name: str, dtypes: list[str]) -> dict:
 
     results = {}
     for dtype_name in dtypes:
-        dtype = getattr(torch, dtype_name)
-        if dtype.is_complex:  # arange has no complex kernel: built from two real parts
-            parts = torch.arange(12, dtype=torch.float64).reshape(3, 4).div(4)
-            host = torch.complex(parts, -parts).to(dtype)
-        elif dtype.is_floating_point:
-            host = torch.arange(12, dtype=torch.float64).reshape(3, 4).div(4).to(dtype)
-        elif dtype == torch.bool:
-            host = torch.arange(12).reshape(3, 4).remainder(3).eq(0)
-        else:
-            host = torch.arange(12, dtype=dtype).reshape(3, 4)
+        host = sample_tensor(getattr(torch, dtype_name))
         on_device = host.to(name)
         back = on_device.to("cpu")
         literal = torch.tensor([1, 2, 3], device=name).cpu().tolist()

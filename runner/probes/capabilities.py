@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import io
 
-from _probe import arm, attempt, emit, split_list, torch_state
+from _probe import arm, attempt, emit, sample_tensor, split_list, torch_state
 
 
 class No(Exception):
@@ -180,12 +180,7 @@ def dtype_round_trip(dev: str, name: str) -> str:
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
         raise No(f"torch has no dtype {name!r}")
-    if dtype == torch.bool:
-        host = torch.arange(12).reshape(3, 4).remainder(3).eq(0)
-    elif dtype.is_floating_point or dtype.is_complex:
-        host = torch.arange(12, dtype=torch.float64).reshape(3, 4).div(4).to(dtype)
-    else:
-        host = torch.arange(12, dtype=dtype).reshape(3, 4)
+    host = sample_tensor(dtype)
     back = host.to(dev).cpu()
     assert back.dtype == dtype and torch.equal(back, host), "the copy back differs"
     return "round trip"
