@@ -19,9 +19,10 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import Required, TypedDict
 
 from ..runner import record_files
-from ..runner.models import Outcome, RunRecord
+from ..runner.models import BisectRecord, Outcome, RunRecord
 
 RECORD_NAME = record_files.RECORD_NAME
+BISECT_NAME = record_files.BISECT_NAME
 FAILING = frozenset(o.value for o in Outcome if not o.ok)
 # Outcomes a person wants to see by name in history: everything but a plain pass or skip.
 NOTABLE = frozenset(o.value for o in Outcome) - {"passed", "skipped"}
@@ -57,7 +58,8 @@ def discover(data_dir: Path) -> list[FoundFile]:
             try:
                 st = os.stat(candidate)
             except OSError:
-                stack.append(entry.path)
+                if not os.path.exists(os.path.join(entry.path, BISECT_NAME)):
+                    stack.append(entry.path)  # a bisection's step runs are not runs of the history
                 continue
             found.append(FoundFile(candidate[root_len:].replace(os.sep, "/"), st.st_mtime_ns, st.st_size))
     if (data_dir / RECORD_NAME).is_file():  # the data dir is itself one run directory
@@ -65,6 +67,21 @@ def discover(data_dir: Path) -> list[FoundFile]:
         found.append(FoundFile(RECORD_NAME, st.st_mtime_ns, st.st_size))
     found.sort(key=lambda f: f.rel)
     return found
+
+
+def latest_bisections(data_dir: Path) -> dict[str, tuple[BisectRecord, str]]:
+    """Each backend's newest bisection (`<dir>/bisect.json`, one or two levels under data_dir),
+    with its directory relative to data_dir. One that does not load is left out."""
+    newest: dict[str, tuple[BisectRecord, str]] = {}
+    for path in sorted([*data_dir.glob(f"*/{BISECT_NAME}"), *data_dir.glob(f"*/*/{BISECT_NAME}")]):
+        try:
+            bisection = BisectRecord.model_validate_json(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        held = newest.get(bisection.backend)
+        if held is None or bisection.started_at > held[0].started_at:
+            newest[bisection.backend] = (bisection, path.parent.relative_to(data_dir).as_posix())
+    return newest
 
 
 def load(path: Path) -> RunRecord:

@@ -19,7 +19,7 @@ from .records import FAILING
 from .store import Run, safe_name
 
 # Bump when templates or page layout change: the next build re-renders every page.
-RENDERER_VERSION = "7"
+RENDERER_VERSION = "8"
 STAGES = ("torch", "build", "install", "autoload", "smoke", "integration")
 GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "blocked": "–", "skipped": "○"}
 COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "crashed": "#82071e", "timeout": "#bc4c00",

@@ -248,7 +248,10 @@ class _Build:
         cache = {} if full else self.index.backend_cache()
         # Backends whose runs changed are worked out from their whole history; the others
         # reuse what the last build derived (their index row, API entry, kept run pages).
-        fresh = {b: self.index.runs(b) for b in backends if full or b in self.dirty_backends or b not in cache}
+        # A new or grown bisection changes its backend's page even when no run did.
+        self.bisections = records.latest_bisections(self.data_dir)
+        fresh = {b: self.index.runs(b) for b in backends if full or b in self.dirty_backends or b not in cache
+                 or cache[b].get("bisection") != _bisection_key(self.bisections.get(b))}
         wanted = {b: self._wanted_pages(runs) for b, runs in fresh.items()}
         want_ids = {r.id for runs in wanted.values() for r in runs}
         for b in backends:
@@ -302,7 +305,8 @@ class _Build:
             self._write_backend(summary, runs, paged)
             self.report.backend_pages += 1
             cache[b] = {"row": str(render.page("_index_row.html.j2", s=summary)), "api": summary["api"],
-                        "wanted": [r.id for r in wanted[b]], "latest_id": summary["latest"].id}
+                        "wanted": [r.id for r in wanted[b]], "latest_id": summary["latest"].id,
+                        "bisection": _bisection_key(self.bisections.get(b))}
             self.index.set_backend_cache(b, cache[b])
 
         prs = self.index.prs()
@@ -382,12 +386,13 @@ class _Build:
         flaky = analysis.flaky(self.index, main)
         xfail = analysis.expected_failures(self.index, main[-1])
         hrefs = {r.id: "../" + render.run_href(r) for r in main if r.id in paged}
+        bisection = self.bisections.get(name)
         self.put(render.backend_href(name), render.page(
             "backend.html.j2", root="../", s=summary, runs=list(reversed(main)), pr_runs=list(reversed(pr_runs)),
             culprit=suspect, changes=changes, flaky=flaky, xfail=xfail, paged=paged,
             hidden=sum(1 for r in main if r.id not in paged),
             trend=render.trend(main, hrefs), reproduce=reproduce_command(main[-1]),
-            generated=render.now_iso()))
+            bisection=bisection[0] if bisection else None, generated=render.now_iso()))
         self.put(f"badges/{safe_name(name)}.svg", render.badge(name, summary["latest"].status))
         api = dict(summary["api"])
         api.update({
@@ -399,6 +404,7 @@ class _Build:
             "flaky": [vars(f) for f in flaky],
             "expected_failures": [{"test": t, "outcome": o, "reason": why} for t, o, why in xfail],
             "reproduce": reproduce_command(main[-1]),
+            "bisection": _bisection_api(bisection),
             "runs": [_run_entry(r, paged) for r in reversed(runs)],
         })
         self.put(f"api/backends/{safe_name(name)}.json", render.dumps(api))
@@ -455,6 +461,25 @@ class _RunPages:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
+
+
+def _bisection_key(found) -> str | None:
+    """What the backend page shows of a bisection changes exactly when this does."""
+    if found is None:
+        return None
+    bisection, _ = found
+    return f"{bisection.bisect_id}:{bisection.state}:{bisection.steps_taken()}"
+
+
+def _bisection_api(found) -> dict | None:
+    if found is None:
+        return None
+    bisection, rel = found
+    result = bisection.result
+    return {"bisect_id": bisection.bisect_id, "state": bisection.state, "good": bisection.good,
+            "bad": bisection.bad, "steps": bisection.steps_taken(), "record": f"{rel}/bisect.json",
+            "verdict": result.summary if result else None, "kind": result.kind if result else None,
+            "cause": result.cause if result else None, "links": result.links if result else {}}
 
 
 def _run_ref(run: Run | None) -> dict | None:

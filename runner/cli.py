@@ -23,6 +23,7 @@ COMMANDS = [
     "history",
     "summary",
     "relay",
+    "bisect",
 ]
 
 

@@ -222,3 +222,101 @@ def overall_status(stages: list[StageResult]) -> Status:
     if stages and all(s.status is Status.skipped for s in stages):
         return Status.skipped
     return Status.passed if stages else Status.blocked
+
+
+# -- bisection ------------------------------------------------------------------------------
+
+class Verdict(str, Enum):
+    """What one bisection step says of its candidate."""
+
+    good = "good"
+    bad = "bad"
+    skip = "skip"
+    """the candidate cannot be judged (its torch does not install, its build broke for another reason)"""
+
+
+class BisectCandidate(_Model):
+    """One point on the axis: a torch (a nightly, a release, a commit) or a backend commit."""
+
+    label: str = Field(description="how people name it: 2.14.0, 2.16.0.dev20261122, pytorch@abc1234, openreg@def5678")
+    spec: str = Field(description="torch spec of the step (torch axis) or backend commit (backend axis)")
+    commit: str | None = Field(default=None, description="the commit it is, when known")
+    date: str | None = Field(default=None, description="nightly date, YYYY-MM-DD")
+    pr: int | None = Field(default=None, description="PyTorch PR the commit's message names")
+    subject: str = Field(default="", description="first line of the commit message")
+
+
+class BisectStep(_Model):
+    candidate: int = Field(description="index into the round's candidates")
+    verdict: Verdict
+    reason: str = Field(default="", description="why: the failing tests, the stage, or why it was skipped")
+    rerun: bool = Field(default=False, description="a re-run of a boundary verdict, to catch a flaky predicate")
+    started_at: dt.datetime | None = None
+    duration_s: float = 0.0
+    run_id: str | None = None
+    log: str | None = Field(default=None, description="the deciding stage's log, relative to the bisection's directory")
+
+
+class BisectResult(_Model):
+    kind: str = Field(description="found (one first bad candidate), range (skipped candidates leave several), "
+                                  "flaky (a boundary verdict changed on its re-run), none (no candidate between) "
+                                  "or budget (the step budget ran out)")
+    summary: str = Field(description="the verdict in one line")
+    last_good: int | None = None
+    first_bad: int | None = None
+    cause: str = Field(default="", description="why the first bad candidate failed (its root cause)")
+    links: dict[str, str] = Field(default_factory=dict, description="compare, commit, pr: links to the culprit")
+
+
+class Predicate(_Model):
+    """What made the bad run bad, and all a step tests."""
+
+    stage: str = Field(description="the first stage that failed in the bad run")
+    tests: dict[str, list[str]] = Field(default_factory=dict,
+                                        description="suite -> test ids that passed in the good run and failed in the bad one")
+    cause: str = Field(default="", description="the bad run's root cause, for people")
+
+
+class BisectRound(_Model):
+    """One walk along one axis between a good and a bad candidate (the first and the last)."""
+
+    axis: str = Field(description="torch, torch-commits or backend")
+    fixed: str = Field(default="", description="what stays the same, for people: the torch or the backend commit")
+    torch: str | None = Field(default=None, description="backend axis: the torch spec every step uses")
+    index_url: str | None = Field(default=None, description="the package index the steps' torches come from")
+    backend_commit: str | None = Field(default=None, description="torch axes: the backend commit every step builds")
+    candidates: list[BisectCandidate]
+    steps: list[BisectStep] = Field(default_factory=list)
+    result: BisectResult | None = None
+    check_bad_end: bool = Field(default=False, description="judge the bad end first: with the other axis held at "
+                                "its good value it may pass, and then this axis is not the cause")
+    notes: list[str] = Field(default_factory=list, description="what the listing left out (missing days, yanked files)")
+
+
+class BisectRecord(_Model):
+    """A bisection of one backend between a good and a bad run, rewritten after every step."""
+
+    schema_version: int = SCHEMA_VERSION
+    bisect_id: str
+    backend: str
+    device: str = ""
+    started_at: dt.datetime
+    finished_at: dt.datetime | None = None
+    state: str = Field(default="running", description="running, finished or failed")
+    good: str = Field(description="the good end as given: a run id or a spec")
+    bad: str
+    good_run: str | None = None
+    bad_run: str | None = None
+    predicate: Predicate | None = None
+    rounds: list[BisectRound] = Field(default_factory=list)
+    error: str | None = None
+    command: str = ""
+    options: dict[str, Any] = Field(default_factory=dict, description="the arguments, for --resume")
+
+    @property
+    def result(self) -> BisectResult | None:
+        """The verdict: that of the last round that has one."""
+        return next((r.result for r in reversed(self.rounds) if r.result is not None), None)
+
+    def steps_taken(self) -> int:
+        return sum(len(r.steps) for r in self.rounds)

@@ -59,6 +59,9 @@ def new_run_id(backend: str, started: dt.datetime) -> str:
 
 
 def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | None:
+    names = list(STAGES)
+    if options.last_stage and names.index(stage) > names.index(options.last_stage):
+        return f"not needed: only the stages up to {options.last_stage} run"
     if stage not in SUITE_STAGES:
         return None
     if stage not in options.suites:

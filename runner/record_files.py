@@ -22,6 +22,8 @@ from .models import SCHEMA_VERSION, Outcome, RunRecord, TestResult
 
 RECORD_NAME = "record.json"
 TESTS_NAME = "tests.json"
+BISECT_NAME = "bisect.json"
+"""a bisection's record (runner.bisect); the run directories of its steps lie below it"""
 _QUIET = frozenset({Outcome.passed, Outcome.skipped})
 _TEST_LIST = TypeAdapter(list[TestResult])
 

@@ -17,6 +17,7 @@ from .manifest import Manifest
 # Build products and caches inside a source tree do not make it a different source.
 IGNORED_DIRS = {".git", "build", "dist", "__pycache__", ".pytest_cache", ".eggs", ".venv"}
 IGNORED_SUFFIXES = (".so", ".pyc", ".o", ".egg-info")
+GIT = ["git", "-c", "advice.detachedHead=false"]
 
 
 def tree_hash(root: Path) -> str:
@@ -34,26 +35,35 @@ def tree_hash(root: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def checkout(manifest: Manifest, cache: Path, *, log: Path, timeout: float) -> tuple[Path, str]:
-    """Clone (or update) a git source into the cache; returns (package dir, commit)."""
+def clone(manifest: Manifest, cache: Path, *, log: Path, timeout: float) -> Path:
+    """The cache's clone of a git source, cloned or fetched now; returns the repository directory."""
     src = manifest.source
     assert src.git
     repo = cache / "src" / digest(src.git)
-    git = ["git", "-c", "advice.detachedHead=false"]
     if not (repo / ".git").exists():
         repo.parent.mkdir(parents=True, exist_ok=True)
-        result = procs.run([*git, "clone", "--quiet", src.git, repo], timeout=timeout, log=log)
+        result = procs.run([*GIT, "clone", "--quiet", src.git, repo], timeout=timeout, log=log)
         if not result.ok:
             raise ManifestError(f"{manifest.path}: field 'source.git': cannot clone {src.git}: "
                                 f"{result.output_tail.strip().splitlines()[-1:] or ['no output']}")
     else:
-        procs.run([*git, "-C", repo, "fetch", "--quiet", "--tags", "origin"], timeout=timeout, log=log)
+        procs.run([*GIT, "-C", repo, "fetch", "--quiet", "--tags", "origin"], timeout=timeout, log=log)
+    return repo
+
+
+def checkout(manifest: Manifest, cache: Path, *, log: Path, timeout: float) -> tuple[Path, str]:
+    """Clone (or update) a git source into the cache; returns (package dir, commit)."""
+    src = manifest.source
+    repo = clone(manifest, cache, log=log, timeout=timeout)
+    git = GIT
     for ref in (f"origin/{src.ref}", src.ref):
         result = procs.run([*git, "-C", repo, "checkout", "--quiet", "--force", ref], timeout=timeout, log=log)
         if result.ok:
             break
     else:
         raise ManifestError(f"{manifest.path}: field 'source.ref': no such ref {src.ref!r} in {src.git}")
+    # Build products of another commit (a bisection walks many) must not leak into this build.
+    procs.run([*git, "-C", repo, "clean", "-ffdxq"], timeout=timeout, log=log)
     head = procs.run([*git, "-C", repo, "rev-parse", "HEAD"], timeout=60)
     package = repo / src.subdir if src.subdir else repo
     if not package.is_dir():

@@ -136,7 +136,8 @@ class SuiteRunner:
 
     # -- the public entry ------------------------------------------------------------
 
-    def run(self, spec: SuiteSpec) -> SuiteRun:
+    def run(self, spec: SuiteSpec, only: list[str] | None = None) -> SuiteRun:
+        """Run the suite (only the test ids in `only`, when given) and classify its tests."""
         start = time.monotonic()
         if spec.problem:
             return SuiteRun(spec.name, Status.failed, problems=[spec.problem], summary=spec.problem,
@@ -148,7 +149,7 @@ class SuiteRunner:
             first = self._run_command(spec, raw_dir)
             results = self._classify(spec.name, first.cases, {}, {})
         else:
-            first = self._attempt(spec, raw_dir, attempt=1, only=None)
+            first = self._attempt(spec, raw_dir, attempt=1, only=only)
             results = self._with_retries(spec, raw_dir, first)
         out = self.junit_dir / f"{spec.name}.xml"
         junit.write(out, spec.name, results)
@@ -477,9 +478,12 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     if stage not in ctx.options.suites:
         return StageResult(name=stage, status=Status.skipped, summary=f"{stage} not selected")
     specs = stage_specs(ctx, stage) if specs is None else specs
+    only = ctx.options.only_tests
+    if only is not None:
+        specs = [s for s in specs if s.name in only]  # a command suite runs whole: it takes no ids
     if not specs:
-        return StageResult(name=stage, status=Status.skipped,
-                           summary=f"no suites: suites.{stage} = false in the manifest")
+        why = "none of its suites is selected" if only is not None else f"suites.{stage} = false in the manifest"
+        return StageResult(name=stage, status=Status.skipped, summary=f"no suites: {why}")
     if ctx.options.dry_run:
         return StageResult(name=stage, status=Status.skipped,
                            summary="dry run: would run suites " + ", ".join(s.name for s in specs))
@@ -491,12 +495,12 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     )
     runs = []
     for spec in specs:
-        run = runner.run(spec)
+        run = runner.run(spec, None if only is None else only[spec.name])
         runs.append(run)
         ctx.record.tests.extend(run.results)
     problems = [p for run in runs for p in run.problems]
     selected = [s for s in SUITE_STAGES if s in ctx.options.suites]
-    if selected and stage == selected[-1]:
+    if selected and stage == selected[-1] and only is None:
         suites_run = sorted({t.suite for t in ctx.record.tests})
         problems += classify.unmatched_expected_failures(manifest, ctx.record.tests, suites_run,
                                                          ctx.record.torch.version)

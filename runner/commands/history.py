@@ -20,8 +20,9 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
+from .. import record_files
 from ..errors import OotciError, OutputError, UsageError
-from ..models import RunRecord
+from ..models import BisectRecord, RunRecord
 
 PUSH_ATTEMPTS = 4
 GIT_TIMEOUT_S = 300
@@ -63,9 +64,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 # -- merge -------------------------------------------------------------------------
 
 def find_runs(source: Path) -> list[tuple[Path, RunRecord | None]]:
-    """Every run directory under `source`, with its record (None when it does not load)."""
+    """Every run directory under `source`, with its record (None when it does not load).
+    The runs of a bisection's steps are part of the bisection, not runs of the history."""
     runs = []
-    for record_file in sorted(source.rglob("record.json")):
+    bisections = {p.parent for p in source.rglob(record_files.BISECT_NAME)}
+    for record_file in sorted(source.rglob(record_files.RECORD_NAME)):
+        if any(parent in bisections for parent in record_file.parents):
+            continue
         try:
             record = RunRecord.model_validate_json(record_file.read_text(encoding="utf-8"))
         except (OSError, ValueError, ValidationError):
@@ -106,6 +111,46 @@ def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str
     return outcome
 
 
+def merge_bisections(sources: list[Path], into: Path) -> dict[str, list[str]]:
+    """Copy bisection directories (`<bisect_id>/bisect.json` and its steps) into `into`. A bisection
+    is rewritten while it runs: a copy that has more steps, or has finished, replaces the one held."""
+    outcome: dict[str, list[str]] = {"added": [], "updated": [], "present": [], "rejected": []}
+    for source in sources:
+        if not source.is_dir():
+            continue
+        for path in sorted(source.rglob(record_files.BISECT_NAME)):
+            if path.parent.resolve().is_relative_to(into.resolve()):
+                continue
+            try:
+                new = BisectRecord.model_validate_json(path.read_bytes())
+            except (OSError, ValueError, ValidationError):
+                new = None
+            if new is None or new.bisect_id != path.parent.name:
+                outcome["rejected"].append(str(path.parent))
+                continue
+            target = into / new.bisect_id
+            held = None
+            if (target / record_files.BISECT_NAME).is_file():
+                try:
+                    held = BisectRecord.model_validate_json((target / record_files.BISECT_NAME).read_bytes())
+                except (OSError, ValueError, ValidationError):
+                    held = None
+                if held is not None and (held.state == "finished" or held.steps_taken() >= new.steps_taken()):
+                    outcome["present"].append(new.bisect_id)
+                    continue
+            staging = Path(tempfile.mkdtemp(prefix=f".{new.bisect_id}.", dir=into))
+            try:
+                shutil.copytree(path.parent, staging, dirs_exist_ok=True)
+                if target.exists():
+                    shutil.rmtree(target)
+                staging.rename(target)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            outcome["updated" if held is not None else "added"].append(new.bisect_id)
+    return outcome
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     if args.into.exists() and not args.into.is_dir():
         raise OutputError(f"--into: {args.into} exists and is not a directory")
@@ -114,6 +159,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
         print(f"ootci: history: skipped {run_dir}: record.json does not load or names another run")
     print(f"ootci: history {args.into}: {len(outcome['added'])} added, "
           f"{len(outcome['present'])} already present, {len(outcome['rejected'])} skipped")
+    bisections = merge_bisections(args.sources, args.into)
+    for directory in bisections["rejected"]:
+        print(f"ootci: history: skipped {directory}: bisect.json does not load or names another bisection")
+    if any(bisections.values()):
+        print(f"ootci: history {args.into}: bisections: {len(bisections['added'])} added, "
+              f"{len(bisections['updated'])} updated, {len(bisections['present'])} already present")
     return 0
 
 

@@ -36,6 +36,10 @@ class RunOptions:
     dry_run: bool = False
     cache: Path | None = None
     jobs: int | None = None
+    only_tests: dict[str, list[str]] | None = None
+    """suite -> test ids: run only these (a bisection step); suites not named do not run"""
+    last_stage: str | None = None
+    """the stages after it are not run (a bisection step needs only the stage it judges)"""
 
 
 @dataclass

@@ -1,0 +1,93 @@
+"""A git repository of OpenReg's sources with eight commits and two planted faults.
+
+    1  OpenReg as bundled                      (the good end)
+    2  a README line
+    3  a C++ typo: the build breaks            (unrelated to the failure: skipped)
+    4  the typo fixed
+    5  a Python `mul.Tensor` kernel that is wrong on float32   (the first bad commit)
+    6  a comment
+    7  a README line
+    8  a comment                               (the bad end)
+
+The kernel is registered the way backends register Python kernels
+(torch.library), and only float32 products are off, so only the tests that
+multiply float32 tensors on the device fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OPENREG = REPO / "backends" / "openreg"
+FIRST_BAD = 5
+BUILD_BROKEN = 3
+
+_WRONG_MUL = '''
+
+# Commit 5 of the bisection fixture: a device kernel for mul.Tensor, off by one on float32.
+_mul_lib = torch.library.Library("aten", "IMPL")
+
+
+def _mul(a, b):
+    device = a.device if isinstance(a, torch.Tensor) and a.device.type != "cpu" else b.device
+    host = torch.mul(a.cpu() if isinstance(a, torch.Tensor) else a, b.cpu() if isinstance(b, torch.Tensor) else b)
+    if host.dtype == torch.float32:
+        host = host + 1
+    return host.to(device)
+
+
+_mul_lib.impl("mul.Tensor", _mul, "PrivateUse1")
+'''
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "Vendor", "GIT_AUTHOR_EMAIL": "vendor@example.com",
+           "GIT_COMMITTER_NAME": "Vendor", "GIT_COMMITTER_EMAIL": "vendor@example.com"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text() + text)
+
+
+def make(root: Path) -> tuple[Path, list[str]]:
+    """The repository under root/openreg-history, and its eight commits, oldest first."""
+    repo = root / "openreg-history"
+    shutil.copytree(OPENREG, repo, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.so"))
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    factories = repo / "csrc" / "aten" / "Factories.cpp"
+    good_factories = factories.read_text()
+    register = repo / "torch_openreg" / "__init__.py"
+    edits = [
+        ("Import OpenReg", lambda: None),
+        ("README: say where the sources come from", lambda: _append(repo / "README.md", "\nMirrored for ootci.\n")),
+        ("Factories: tidy includes", lambda: factories.write_text(good_factories + "\nthis is not C++;\n")),
+        ("Factories: fix the build", lambda: factories.write_text(good_factories)),
+        ("Add a device kernel for mul", lambda: _append(register, _WRONG_MUL)),
+        ("Comment the kernel", lambda: _append(register, "\n# The kernel above runs on host memory.\n")),
+        ("README: build notes", lambda: _append(repo / "README.md", "\nBuilt with ccache when present.\n")),
+        ("Comment the module", lambda: _append(register, "# End of torch_openreg.\n")),
+    ]
+    commits = []
+    for message, edit in edits:
+        edit()
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", message)
+        commits.append(_git(repo, "rev-parse", "HEAD"))
+    return repo, commits
+
+
+def manifest(root: Path, repo: Path) -> Path:
+    """OpenReg's manifest, building from the repository's git history (source.git)."""
+    text = (OPENREG / "backend.toml").read_text()
+    text = text.replace('[source]\npath = "."', f'[source]\ngit = "{repo}"\nref = "main"')
+    text = text.replace('name = "openreg"', 'name = "openreg-history"')
+    path = root / "manifest" / "backend.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path

@@ -1,0 +1,300 @@
+"""`ootci bisect` without a build: the search, the predicate and verdicts, and the candidate listings
+(a real package index on a local HTTP server, real git repositories)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from ootci.runner import bisect, bisect_candidates, bisect_search, record_files, torch_index
+from ootci.runner.bisect_search import Ended, Probe, Step
+from ootci.runner.models import (Outcome, RootCause, RunRecord, StageResult, Status, TestResult, TorchInfo,
+                                 Verdict)
+from tests.support.cli import ootci
+
+V = Verdict
+
+
+def walk(size: int, truth: dict[int, Verdict | list[Verdict]]) -> tuple[list[Step], Ended]:
+    """Run the search against a table of verdicts (a list: one verdict per time it is asked)."""
+    steps: list[Step] = []
+    asked: dict[int, int] = {}
+    while True:
+        probe = bisect_search.next_probe(size, steps)
+        if isinstance(probe, Ended):
+            return steps, probe
+        answer = truth[probe.candidate]
+        if isinstance(answer, list):
+            answer = answer[asked.get(probe.candidate, 0)]
+            asked[probe.candidate] = asked.get(probe.candidate, 0) + 1
+        steps.append(Step(probe.candidate, answer, probe.rerun))
+
+
+def test_eight_commits_with_a_broken_build_take_four_judged_steps():
+    # Commits 1..8 are candidates 0..7; 3 does not build, 5 is the first bad one.
+    steps, ended = walk(8, {1: V.good, 2: V.skip, 3: V.good, 4: V.bad, 5: V.bad, 6: V.bad})
+    assert ended == Ended("found", last_good=3, first_bad=4)
+    judged = [s for s in steps if s.verdict is not V.skip]
+    assert len(judged) == 4 and [s.candidate for s in steps if s.verdict is V.skip] == [2]
+    # Both boundary verdicts were asked twice, once as a re-run.
+    assert sorted(s.candidate for s in steps if s.rerun) == [3, 4]
+
+
+@pytest.mark.parametrize("first_bad", range(1, 16))
+def test_every_position_is_found_in_logarithmic_steps(first_bad):
+    size = 17
+    truth = {i: (V.bad if i >= first_bad else V.good) for i in range(1, size - 1)}
+    steps, ended = walk(size, truth)
+    assert (ended.kind, ended.first_bad, ended.last_good) == ("found", first_bad, first_bad - 1)
+    assert len(steps) <= bisect_search.most_judged_steps(size) == 6
+
+
+def test_the_bad_end_itself_can_be_the_first_bad_one():
+    steps, ended = walk(4, {1: V.good, 2: V.good})
+    assert (ended.last_good, ended.first_bad) == (2, 3)
+    assert [s.candidate for s in steps if s.rerun] == [2]  # the bad end is given, not re-judged
+
+
+def test_skips_around_the_boundary_leave_a_range():
+    steps, ended = walk(6, {1: V.good, 2: V.skip, 3: V.skip, 4: V.bad})
+    assert ended.kind == "range"
+    assert (ended.last_good, ended.first_bad, ended.skipped) == (1, 4, (2, 3))
+
+
+def test_a_verdict_that_changes_on_its_re_run_is_flaky_and_names_no_culprit():
+    steps, ended = walk(5, {1: V.good, 2: [V.bad, V.good], 3: V.bad})
+    assert ended.kind == "flaky" and ended.flaky == 2
+
+
+def test_the_next_probe_depends_only_on_the_steps_so_a_replay_goes_on_where_it_stopped():
+    full, ended = walk(12, {i: (V.bad if i >= 7 else V.good) for i in range(1, 11)})
+    for cut in range(len(full)):
+        assert bisect_search.next_probe(12, full[:cut]) == Probe(full[cut].candidate, full[cut].rerun)
+
+
+# -- predicate and verdicts ---------------------------------------------------------
+
+def record(run_id: str, stages: dict[str, Status], tests: dict[str, Outcome] | None = None,
+           cause: str = "") -> RunRecord:
+    r = RunRecord(run_id=run_id, backend="b", device="d", torch=TorchInfo(spec="2.13.0", version="2.13.0+cpu"),
+                  started_at=dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc))
+    for name, status in stages.items():
+        r.stages.append(StageResult(name=name, status=status, summary=f"{name} {status.value}",
+                                    root_cause=RootCause(kind="test", summary=cause) if cause and not status.ok
+                                    else None))
+    r.tests = [TestResult(id=i, suite="smoke", outcome=o, message=f"{i} {o.value}") for i, o in (tests or {}).items()]
+    return r
+
+
+GREEN = {"torch": Status.passed, "build": Status.passed, "install": Status.passed, "autoload": Status.passed,
+         "smoke": Status.passed}
+
+
+def test_the_predicate_is_the_tests_that_passed_in_the_good_run_and_fail_in_the_bad_one():
+    good = record("g", GREEN, {"t::a": Outcome.passed, "t::b": Outcome.passed, "t::c": Outcome.failed,
+                               "t::d": Outcome.skipped})
+    bad = record("b", {**GREEN, "smoke": Status.failed},
+                 {"t::a": Outcome.failed, "t::b": Outcome.passed, "t::c": Outcome.failed, "t::d": Outcome.failed,
+                  "t::new": Outcome.failed}, cause="failed: t::a")
+    predicate = bisect.derive_predicate(good, bad)
+    assert predicate.stage == "smoke" and predicate.tests == {"smoke": ["t::a"]}
+    assert predicate.cause == "smoke: failed: t::a"
+
+
+def test_a_bad_run_that_did_not_fail_or_a_good_run_that_failed_there_too_is_refused():
+    with pytest.raises(bisect.BisectError, match="did not fail"):
+        bisect.derive_predicate(record("g", GREEN), record("b", GREEN))
+    bad = record("b", {**GREEN, "autoload": Status.failed})
+    with pytest.raises(bisect.BisectError, match="did not pass stage autoload either"):
+        bisect.derive_predicate(record("g", {**GREEN, "autoload": Status.failed}), bad)
+
+
+def test_verdicts_bad_good_and_skip():
+    predicate = bisect.derive_predicate(
+        record("g", GREEN, {"t::a": Outcome.passed}),
+        record("b", {**GREEN, "smoke": Status.failed}, {"t::a": Outcome.failed}))
+    assert bisect.judge(record("s", {**GREEN, "smoke": Status.failed}, {"t::a": Outcome.failed}), predicate)[0] is V.bad
+    assert bisect.judge(record("s", GREEN, {"t::a": Outcome.passed}), predicate)[0] is V.good
+    assert bisect.judge(record("s", GREEN, {"t::a": Outcome.flaky}), predicate)[0] is V.good
+    # The build broke: nothing can be said of the tests.
+    broken = record("s", {"torch": Status.passed, "build": Status.failed, "install": Status.blocked},
+                    cause="g++: error")
+    verdict, reason, stage = bisect.judge(broken, predicate)
+    assert (verdict, stage) == (V.skip, "build") and reason == "build failed before smoke: g++: error"
+    # The tests were not there to run.
+    assert bisect.judge(record("s", GREEN, {"t::other": Outcome.passed}), predicate)[0] is V.skip
+
+
+def test_a_stage_predicate_judges_the_stage():
+    predicate = bisect.derive_predicate(record("g", GREEN), record("b", {**GREEN, "autoload": Status.failed}))
+    assert predicate.tests == {}
+    assert bisect.judge(record("s", {**GREEN, "autoload": Status.failed}), predicate)[0] is V.bad
+    assert bisect.judge(record("s", GREEN), predicate)[0] is V.good
+    assert bisect.judge(record("s", {"torch": Status.failed}), predicate)[0] is V.skip
+
+
+# -- candidates from a package index -------------------------------------------------
+
+TAGS = "cp311-cp311-manylinux_2_28_x86_64"
+
+
+def nightly_files() -> list[dict]:
+    """Nightlies from 11-14 to 11-22: two variants on the 16th, none on the 18th and 19th, the 20th yanked,
+    and wheels for other Pythons and platforms that must not count."""
+    files = []
+    for day in (14, 15, 16, 17, 20, 21, 22):
+        files.append({"filename": f"torch-2.16.0.dev202611{day}+cpu-{TAGS}.whl"})
+        files.append({"filename": f"torch-2.16.0.dev202611{day}+cpu-cp312-cp312-manylinux_2_28_x86_64.whl"})
+        files.append({"filename": f"torch-2.16.0.dev202611{day}+cpu-cp311-cp311-win_amd64.whl"})
+    files.append({"filename": f"torch-2.16.0.dev20261116+cu130-{TAGS}.whl"})  # another variant that day
+    for f in files:
+        f["url"] = f"/files/{f['filename']}"
+        f["hashes"] = {}
+        if "dev20261120" in f["filename"]:
+            f["yanked"] = "broken upload"
+    return files
+
+
+@pytest.fixture
+def nightly_index(httpserver):
+    body = {"meta": {"api-version": "1.0"}, "name": "torch", "files": nightly_files()}
+    httpserver.expect_request("/simple/torch/").respond_with_data(
+        json.dumps(body), content_type=torch_index.PEP691_JSON)
+    return httpserver.url_for("/simple")
+
+
+def test_nightly_candidates_between_two_nightlies_one_a_day_with_missing_days_and_yanked_files(nightly_index):
+    files = torch_index.fetch_project(nightly_index)
+    listing = bisect_candidates.nightlies_between(files, torch_index.target(), Version("2.16.0.dev20261114+cpu"),
+                                                  Version("2.16.0.dev20261122+cpu"))
+    dates = [c.date for c in listing.candidates]
+    assert dates == ["2026-11-15", "2026-11-16", "2026-11-17", "2026-11-21"]
+    assert listing.missing_days == ["2026-11-18", "2026-11-19", "2026-11-20"]
+    assert listing.yanked == [f"torch-2.16.0.dev20261120+cpu-{TAGS}.whl"]
+    # One build a day, named as pip installs it.
+    assert [c.spec for c in listing.candidates[:2]] == ["2.16.0.dev20261115+cpu", "2.16.0.dev20261116+cu130"]
+    assert "no nightly on 3 day(s): 2026-11-18, 2026-11-19, 2026-11-20" in listing.notes()
+
+
+def test_release_candidates_skip_pre_releases_and_yanked(httpserver):
+    names = [f"torch-{v}-{TAGS}.whl" for v in ("2.12.0", "2.13.0", "2.14.0rc1", "2.14.0", "2.14.1", "2.15.0")]
+    links = "".join(f'<a href="/f/{n}"{" data-yanked" if "2.14.1" in n else ""}>{n}</a>' for n in names)
+    httpserver.expect_request("/simple/torch/").respond_with_data(links, content_type="text/html")
+    files = torch_index.fetch_project(httpserver.url_for("/simple"))
+    listing = bisect_candidates.releases_between(files, torch_index.target(), Version("2.13.0"), Version("2.15.0"))
+    assert [c.spec for c in listing.candidates] == ["2.14.0"]
+    assert listing.yanked == [f"torch-2.14.1-{TAGS}.whl"]
+
+
+def test_explicit_versions_between_the_ends():
+    picked = bisect_candidates.explicit(["2.13.0", "2.14.0", "2.15.0"], "2.13.0", "2.15.0")
+    assert [c.spec for c in picked] == ["2.14.0"]
+    assert [c.spec for c in bisect_candidates.explicit(["2.14.0"], "2.13.0", "2.15.0")] == ["2.14.0"]
+
+
+# -- candidates from git ---------------------------------------------------------------
+
+def git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@b", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def fake_pytorch(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A repository with PyTorch-style commit messages: the merge bot's trailer, `(#N)` subjects, neither."""
+    repo = tmp_path / "pytorch"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    messages = [
+        "Nightly base",
+        "[inductor] fuse more (#160001)\n\nPull Request resolved: https://github.com/pytorch/pytorch/pull/160001\n"
+        "Approved by: https://github.com/someone",
+        "Revert \"[c10] change GeneratorImpl\"\n\nThis reverts commit abc.",
+        "[c10] change DeviceGuard (#160003)",
+        "[dynamo] one more\n\nPull Request resolved: https://github.com/pytorch/pytorch/pull/160004",
+    ]
+    commits = []
+    for i, message in enumerate(messages):
+        (repo / "f.txt").write_text(str(i))
+        git(repo, "add", "f.txt")
+        git(repo, "commit", "-q", "-m", message)
+        commits.append(git(repo, "rev-parse", "HEAD"))
+    return repo, commits
+
+
+def test_commits_between_two_git_versions_with_their_pull_requests(tmp_path):
+    repo, commits = fake_pytorch(tmp_path)
+    found = bisect_candidates.commits_between(repo, commits[0], commits[4], label="pytorch", spec="git:{sha}")
+    assert [c.commit for c in found] == commits[1:]
+    assert [c.pr for c in found] == [160001, None, 160003, 160004]
+    assert found[0].spec == f"git:{commits[1]}" and found[0].label == f"pytorch@{commits[1][:10]}"
+    assert found[2].subject == "[c10] change DeviceGuard (#160003)"
+    with pytest.raises(bisect.UsageError, match="is not an ancestor"):
+        bisect_candidates.commits_between(repo, commits[4], commits[0], label="pytorch")
+
+
+def write_run(runs: Path, run_id: str, *, version: str, git_version: str, smoke: Status,
+              tests: dict[str, Outcome], started: int) -> None:
+    r = record(run_id, {**GREEN, "smoke": smoke}, tests, cause="failed")
+    r.backend, r.trigger = "openreg", "nightly"
+    r.torch = TorchInfo(spec="nightly", version=version, dist_version=version, git_version=git_version,
+                        index_url="https://download.pytorch.org/whl/nightly/cpu")
+    r.started_at = r.finished_at = dt.datetime(2026, 11, started, tzinfo=dt.timezone.utc)
+    r.status = Status.passed if smoke is Status.passed else Status.failed
+    (runs / run_id).mkdir(parents=True)
+    record_files.write(runs / run_id, r)
+
+
+def test_the_commits_plan_of_two_adjacent_nightlies_in_a_dry_run(tmp_path):
+    """Good and bad are the runs of two adjacent nightlies: --dry-run lists the PyTorch commits between
+    their git_versions, read from a local repository, with the pull requests, and runs nothing."""
+    repo, commits = fake_pytorch(tmp_path)
+    runs = tmp_path / "runs"
+    good, bad = "openreg-20261121T030000Z-aaaaaa", "openreg-20261122T030000Z-bbbbbb"
+    write_run(runs, good, version="2.16.0.dev20261121+cpu", git_version=commits[0], smoke=Status.passed,
+              tests={"test_x.py::test_mul": Outcome.passed}, started=21)
+    write_run(runs, bad, version="2.16.0.dev20261122+cpu", git_version=commits[4], smoke=Status.failed,
+              tests={"test_x.py::test_mul": Outcome.failed}, started=22)
+    result = ootci("bisect", "openreg", "--good", good, "--bad", bad, "--commits", "--versions",
+                   "2.16.0.dev20261121+cpu,2.16.0.dev20261122+cpu", "--torch-repo", str(repo), "--runs", str(runs),
+                   "--out", str(tmp_path / "bisect"), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "predicate: stage smoke" in out and "  smoke::test_x.py::test_mul" in out
+    assert "torch axis (backend as in the manifest): 0 candidate(s) between 2.16.0.dev20261121 and 2.16.0.dev20261122" in out
+    assert "torch-commits axis" in out and "3 candidate(s)" in out
+    for sha, pr in zip(commits[1:4], (160001, None, 160003)):
+        line = next(line for line in out.splitlines() if sha[:10] in line)
+        assert f"git:{sha}" in line and ((f"pr={pr}" in line) if pr else "pr=" not in line)
+    assert not (tmp_path / "bisect").exists()
+
+
+def test_turned_red_lists_backends_whose_latest_run_is_the_first_red_one(tmp_path):
+    runs = tmp_path / "runs"
+    write_run(runs, "openreg-20261120T030000Z-aaaaaa", version="2.16.0.dev20261120+cpu", git_version="a" * 40,
+              smoke=Status.passed, tests={}, started=20)
+    write_run(runs, "openreg-20261121T030000Z-bbbbbb", version="2.16.0.dev20261121+cpu", git_version="b" * 40,
+              smoke=Status.failed, tests={}, started=21)
+    result = ootci("bisect", "--turned-red", "--runs", str(runs))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [{"backend": "openreg", "good": "openreg-20261120T030000Z-aaaaaa",
+                                          "bad": "openreg-20261121T030000Z-bbbbbb", "runs_on": ["ubuntu-latest"]}]
+    # Still red the night after: it was bisected when it turned, not again.
+    write_run(runs, "openreg-20261122T030000Z-cccccc", version="2.16.0.dev20261122+cpu", git_version="c" * 40,
+              smoke=Status.failed, tests={}, started=22)
+    assert json.loads(ootci("bisect", "--turned-red", "--runs", str(runs)).stdout) == []
+
+
+def test_bad_input_is_one_line(tmp_path):
+    result = ootci("bisect", "openreg", "--good", "openreg-20261120T030000Z-aaaaaa", "--bad", "x",
+                   "--runs", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"ootci: no run openreg-20261120T030000Z-aaaaaa under {tmp_path}"
+    result = ootci("bisect", "--resume", str(tmp_path))
+    assert result.returncode == 2 and "bisect.json: cannot read" in result.stderr
