@@ -166,6 +166,12 @@ def derive_predicate(good: RunRecord, bad: RunRecord) -> Predicate:
     return Predicate(stage=stage, tests=tests, cause=bad.first_problem())
 
 
+def _line(text: str, limit: int = 300) -> str:
+    """A reason as one line: a step's verdict is read in a table."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
 def judge(record: RunRecord, predicate: Predicate) -> tuple[Verdict, str, str | None]:
     """(verdict, why, the stage whose log says it) of one step's run."""
     names = list(STAGES)
@@ -174,14 +180,14 @@ def judge(record: RunRecord, predicate: Predicate) -> tuple[Verdict, str, str | 
             break
         if stage.status in (Status.failed, Status.crashed, Status.timeout):
             cause = stage.root_cause.summary if stage.root_cause else stage.summary
-            return Verdict.skip, f"{stage.name} failed before {predicate.stage}: {cause}"[:500], stage.name
+            return Verdict.skip, _line(f"{stage.name} failed before {predicate.stage}: {cause}"), stage.name
         if stage.status is Status.skipped and stage.data.get("skip_rest"):
-            return Verdict.skip, f"{stage.name}: {stage.summary}"[:500], stage.name
+            return Verdict.skip, _line(f"{stage.name}: {stage.summary}"), stage.name
     result = record.stage(predicate.stage)
     if result is None or result.status is Status.blocked:
         return Verdict.skip, f"stage {predicate.stage} did not run ({record.interrupted or 'blocked'})", None
     if result.status is Status.crashed:
-        return Verdict.skip, f"ootci itself failed in {predicate.stage}: {result.summary}"[:500], predicate.stage
+        return Verdict.skip, _line(f"ootci itself failed in {predicate.stage}: {result.summary}"), predicate.stage
     cause = result.root_cause.summary if result.root_cause else result.summary
     if predicate.tests:
         ran = {(t.suite, t.id): t for t in record.tests}
@@ -190,18 +196,19 @@ def judge(record: RunRecord, predicate: Predicate) -> tuple[Verdict, str, str | 
         failing = [t for t in found if not t.outcome.ok]
         if failing:
             first = failing[0]
-            return (Verdict.bad, f"{len(failing)} of {len(wanted)} failing: {first.outcome.value}: {first.id}: "
-                    f"{first.message}"[:500], predicate.stage)
+            message = (first.message.strip().splitlines() or [""])[0]
+            return (Verdict.bad, _line(f"{len(failing)} of {len(wanted)} failing: {first.outcome.value}: {first.id}: "
+                                       f"{message}"), predicate.stage)
         if not found:
-            return Verdict.skip, f"none of the {len(wanted)} tests ran ({cause})"[:500], predicate.stage
+            return Verdict.skip, _line(f"none of the {len(wanted)} tests ran ({cause})"), predicate.stage
         if result.status is Status.timeout:
-            return Verdict.skip, f"{predicate.stage} timed out: {cause}"[:500], predicate.stage
+            return Verdict.skip, _line(f"{predicate.stage} timed out: {cause}"), predicate.stage
         return Verdict.good, f"{len(found)} of {len(wanted)} tests passed", predicate.stage
     if result.status in (Status.failed, Status.timeout):
-        return Verdict.bad, f"{predicate.stage} {result.status.value}: {cause}"[:500], predicate.stage
+        return Verdict.bad, _line(f"{predicate.stage} {result.status.value}: {cause}"), predicate.stage
     if result.status is Status.passed:
         return Verdict.good, f"{predicate.stage} passed", predicate.stage
-    return Verdict.skip, f"{predicate.stage} {result.status.value}: {result.summary}"[:500], predicate.stage
+    return Verdict.skip, _line(f"{predicate.stage} {result.status.value}: {result.summary}"), predicate.stage
 
 
 # -- the bisection ------------------------------------------------------------------
@@ -538,7 +545,7 @@ def _torch_label(spec: str, record: RunRecord | None) -> str:
     version = record.torch.version if record is not None and record.torch.version else None
     if spec.startswith("git:"):
         return f"pytorch@{spec[4:14]}"
-    return (version or spec).split("+", 1)[0]
+    return "torch " + (version or spec).split("+", 1)[0]
 
 
 def new_id(backend: str) -> str:

@@ -94,7 +94,8 @@ def nightlies_between(files: list[IndexFile], target: Target, good: Version, bad
     while day < bad_day:
         if day in by_day:
             version, f = by_day[day]
-            listing.candidates.append(BisectCandidate(label=version.public, spec=str(version), date=day.isoformat()))
+            listing.candidates.append(BisectCandidate(label=f"torch {version.public}", spec=str(version),
+                                                         date=day.isoformat()))
         else:
             listing.missing_days.append(day.isoformat())
         day += dt.timedelta(days=1)
@@ -113,7 +114,7 @@ def releases_between(files: list[IndexFile], target: Target, good: Version, bad:
             continue
         versions.setdefault(version, f)
     for version in sorted(versions):
-        listing.candidates.append(BisectCandidate(label=version.public, spec=str(version)))
+        listing.candidates.append(BisectCandidate(label=f"torch {version.public}", spec=str(version)))
     return listing
 
 
@@ -124,7 +125,7 @@ def explicit(specs: list[str], good: str, bad: str) -> list[BisectCandidate]:
         inner = inner[inner.index(good) + 1:inner.index(bad)]
     else:
         inner = [s for s in inner if s not in (good, bad)]
-    return [BisectCandidate(label=s, spec=s) for s in inner]
+    return [BisectCandidate(label=f"torch {s}", spec=s) for s in inner]
 
 
 def version_of(spec: str) -> Version | None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from ootci.runner import bisect, bisect_candidates, bisect_search, record_files, torch_index
+from ootci.runner import bisect, bisect_candidates, bisect_search, models, record_files, torch_index
 from ootci.runner.bisect_search import Ended, Probe, Step
-from ootci.runner.models import (Outcome, RootCause, RunRecord, StageResult, Status, TestResult, TorchInfo,
+from ootci.runner.models import (Outcome, RootCause, RunRecord, StageResult, Status, TorchInfo,
                                  Verdict)
 from tests.support.cli import ootci
 
@@ -87,7 +87,7 @@ def record(run_id: str, stages: dict[str, Status], tests: dict[str, Outcome] | N
         r.stages.append(StageResult(name=name, status=status, summary=f"{name} {status.value}",
                                     root_cause=RootCause(kind="test", summary=cause) if cause and not status.ok
                                     else None))
-    r.tests = [TestResult(id=i, suite="smoke", outcome=o, message=f"{i} {o.value}") for i, o in (tests or {}).items()]
+    r.tests = [models.TestResult(id=i, suite="smoke", outcome=o, message=f"{i} {o.value}") for i, o in (tests or {}).items()]
     return r
 
 
@@ -267,7 +267,7 @@ def test_the_commits_plan_of_two_adjacent_nightlies_in_a_dry_run(tmp_path):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "predicate: stage smoke" in out and "  smoke::test_x.py::test_mul" in out
-    assert "torch axis (backend as in the manifest): 0 candidate(s) between 2.16.0.dev20261121 and 2.16.0.dev20261122" in out
+    assert "torch axis (backend as in the manifest): 0 candidate(s) between torch 2.16.0.dev20261121 and torch 2.16.0.dev20261122" in out
     assert "torch-commits axis" in out and "3 candidate(s)" in out
     for sha, pr in zip(commits[1:4], (160001, None, 160003)):
         line = next(line for line in out.splitlines() if sha[:10] in line)
@@ -298,3 +298,103 @@ def test_bad_input_is_one_line(tmp_path):
     assert result.stderr.strip() == f"ootci: no run openreg-20261120T030000Z-aaaaaa under {tmp_path}"
     result = ootci("bisect", "--resume", str(tmp_path))
     assert result.returncode == 2 and "bisect.json: cannot read" in result.stderr
+
+
+# -- the walk of one round, with steps that return records --------------------------------
+
+def bisection(tmp_path: Path, max_steps: int = 20) -> bisect.Bisection:
+    from ootci.runner import registry
+    from ootci.runner.models import BisectRecord
+
+    options = bisect.BisectOptions(manifest=registry.resolve("openreg"), good="2.13.0", bad="2.15.0",
+                                   out=tmp_path, max_steps=max_steps)
+    state = BisectRecord(bisect_id="bisect-openreg-x", backend="openreg", started_at=bisect.now(),
+                         good="2.13.0", bad="2.15.0")
+    return bisect.Bisection(options, state, tmp_path)
+
+
+def round_of(specs: list[str], check_bad_end: bool = False):
+    from ootci.runner.models import BisectCandidate, BisectRound
+
+    return BisectRound(axis="torch", fixed="backend at 1234", check_bad_end=check_bad_end,
+                       candidates=[BisectCandidate(label=f"torch {s}", spec=s) for s in specs])
+
+
+AUTOLOAD = bisect.Predicate(stage="autoload", cause="autoload: undefined symbol")
+
+
+def stepper(bad_from: str | None):
+    """A step that 'runs' a torch: autoload fails from version bad_from on (never, when None)."""
+    def step(candidate):
+        broken = bad_from is not None and Version(candidate.spec) >= Version(bad_from)
+        r = record(f"run-{candidate.spec}", {**GREEN, "autoload": Status.failed if broken else Status.passed},
+                   cause="undefined symbol: _ZN2at1x" if broken else "")
+        r.torch.git_version = f"{candidate.spec.replace('.', '')}".ljust(40, "0")
+        return r
+    return step
+
+
+def test_a_round_writes_every_step_and_names_the_first_bad_torch_with_its_cause(tmp_path):
+    b = bisection(tmp_path)
+    b.state.predicate = AUTOLOAD
+    r = round_of(["2.13.0", "2.14.0", "2.14.1", "2.15.0"])
+    b.state.rounds.append(r)
+    b.walk(r, AUTOLOAD, stepper("2.14.1"))
+    assert r.result.kind == "found" and r.candidates[r.result.first_bad].spec == "2.14.1"
+    assert r.result.cause == "autoload failed: undefined symbol: _ZN2at1x"
+    assert r.result.summary == "openreg broke at torch 2.14.1, last good torch 2.14.0"
+    assert r.result.links["compare"] == f"https://github.com/pytorch/pytorch/compare/{'2140'.ljust(40, '0')}..." \
+        f"{'2141'.ljust(40, '0')}"
+    on_disk = bisect.BisectRecord.model_validate_json((tmp_path / "bisect.json").read_text())
+    assert on_disk.rounds[0].steps == r.steps and r.candidates[1].commit == "2140".ljust(40, "0")
+
+
+def test_when_the_bad_torch_passes_with_the_good_backend_the_torch_is_cleared(tmp_path):
+    """Torch and backend both changed: the bad torch with the good backend is judged first."""
+    b = bisection(tmp_path)
+    r = round_of(["2.13.0", "2.14.0", "2.15.0"], check_bad_end=True)
+    b.walk(r, AUTOLOAD, stepper(None))
+    assert [(s.candidate, s.verdict) for s in r.steps] == [(2, Verdict.good)]
+    assert r.result.kind == "cleared" and "is not the cause" in r.result.summary
+    # With the torch at fault, the same check is bad and the search goes on over the torches.
+    r2 = round_of(["2.13.0", "2.14.0", "2.15.0"], check_bad_end=True)
+    b.walk(r2, AUTOLOAD, stepper("2.14.0"))
+    assert r2.steps[0].candidate == 2 and r2.result.kind == "found"
+    assert r2.candidates[r2.result.first_bad].spec == "2.14.0"
+
+
+def test_a_spent_budget_ends_with_the_range_so_far(tmp_path):
+    b = bisection(tmp_path, max_steps=2)
+    r = round_of([f"2.{minor}.0" for minor in range(13, 30)])
+    b.state.rounds.append(r)
+    b.walk(r, AUTOLOAD, stepper("2.20.0"))
+    assert len(r.steps) == 2 and r.result.kind == "budget"
+    assert "the step budget (2) is spent" in r.result.summary
+
+
+def test_history_merge_keeps_the_bisection_with_more_steps(tmp_path):
+    from ootci.runner.commands.history import merge_bisections
+    from ootci.runner.models import BisectRecord
+
+    def write(where: Path, steps: int, state: str) -> None:
+        b = BisectRecord(bisect_id="bisect-openreg-20261123T000000Z-abcdef", backend="openreg",
+                         started_at=bisect.now(), good="a", bad="b", state=state)
+        r = round_of(["2.13.0", "2.14.0", "2.15.0"])
+        r.steps = [bisect.BisectStep(candidate=1, verdict=Verdict.bad)] * steps
+        b.rounds.append(r)
+        (where / b.bisect_id / "steps" / "run-x").mkdir(parents=True)
+        (where / b.bisect_id / "steps" / "run-x" / "record.json").write_text("{}")
+        (where / b.bisect_id / "bisect.json").write_text(b.model_dump_json())
+
+    history, early, late = tmp_path / "history", tmp_path / "early", tmp_path / "late"
+    history.mkdir()
+    write(early, 1, "running")
+    write(late, 2, "finished")
+    assert merge_bisections([early], history)["added"] == ["bisect-openreg-20261123T000000Z-abcdef"]
+    assert merge_bisections([late], history)["updated"] == ["bisect-openreg-20261123T000000Z-abcdef"]
+    assert merge_bisections([early], history)["present"] == ["bisect-openreg-20261123T000000Z-abcdef"]
+    held = BisectRecord.model_validate_json(next(history.glob("*/bisect.json")).read_text())
+    assert held.state == "finished" and held.steps_taken() == 2
+    # The step's run is part of the bisection: merging runs does not take it as a run of the history.
+    from ootci.runner.commands.history import find_runs
+    assert find_runs(history) == []

@@ -20,7 +20,7 @@ import pytest
 from packaging.version import Version
 
 from ootci.runner import torch_pin
-from ootci.runner.models import RunRecord, Status
+from ootci.runner.models import BisectRecord, RunRecord, Status, Verdict
 from ootci.runner.verify import ABI_HINT
 from tests.support import real_wheels
 from tests.support.cli import ootci
@@ -210,3 +210,45 @@ def test_nightly_from_a_local_index_picks_installs_and_runs_the_newest(runs, htt
     assert record.command == (f"ootci run openreg --torch 2.16.0.dev20261122+cpu --index-url {index} "
                               "--suites smoke")
     assert record.stage("smoke").counts.get("passed", 0) >= 50
+
+
+ABI_PATCH = REPO / "tests" / "fixtures" / "abi_break" / "openreg.patch"
+
+
+def with_dlpack_info(root: Path) -> None:
+    """OpenReg plus an op that calls at::toDLPackNonOwning, whose signature 2.14 changed (see the patch's README)."""
+    subprocess.run(["patch", "-p1", "--quiet", "-i", str(ABI_PATCH)], cwd=root, check=True, capture_output=True)
+
+
+def test_bisecting_a_2_13_build_over_three_releases_names_2_14_and_the_undefined_symbol(tmp_path):
+    """A real ABI break between two real releases: torch 2.14 no longer exports the two-argument
+    at::toDLPackNonOwning. A prebuilt OpenReg wheel compiled against 2.13.0 is bisected over the three
+    releases: the first bad torch is 2.14.0, and the cause is the symbol."""
+    built = tmp_path / "built"
+    ootci("run", str(openreg_copy(tmp_path, with_dlpack_info)), "--torch", "2.13.0", "--suites", "none",
+          "--out", str(built), timeout=1800)
+    build = only_record(built)
+    assert build.status is Status.passed, build.first_problem()
+    (tmp_path / "prebuilt").mkdir()
+    manifest = prebuilt_manifest(tmp_path / "prebuilt", build.stage("build").data["wheels"][0])
+    out = tmp_path / "bisect"
+    result = ootci("bisect", str(manifest), "--good", "2.13.0", "--bad", "2.15.0", "--versions",
+                   ",".join(RELEASES), "--suites", "none", "--out", str(out), timeout=3000)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    (path,) = out.glob("*/bisect.json")
+    record = BisectRecord.model_validate_json(path.read_text())
+    assert record.predicate.stage == "autoload"
+    (round_,) = record.rounds
+    assert round_.axis == "torch" and [c.spec for c in round_.candidates] == list(RELEASES)
+    verdict = round_.result
+    assert verdict.kind == "found"
+    assert (round_.candidates[verdict.last_good].spec, round_.candidates[verdict.first_bad].spec) == \
+        ("2.13.0", "2.14.0")
+    assert "undefined symbol: _ZN2at17toDLPackNonOwningERKNS_6TensorEP8DLTensor" in verdict.cause
+    assert "openreg broke at torch 2.14.0, last good torch 2.13.0" in verdict.summary
+    good_sha, bad_sha = (round_.candidates[i].commit for i in (verdict.last_good, verdict.first_bad))
+    assert re.fullmatch(r"[0-9a-f]{40}", good_sha) and re.fullmatch(r"[0-9a-f]{40}", bad_sha)
+    assert verdict.links["compare"] == f"https://github.com/pytorch/pytorch/compare/{good_sha}...{bad_sha}"
+    # 2.14.0 judged bad, then judged once more at the boundary.
+    assert [(round_.candidates[s.candidate].spec, s.verdict, s.rerun) for s in round_.steps] == [
+        ("2.14.0", Verdict.bad, False), ("2.14.0", Verdict.bad, True)]
