@@ -304,17 +304,12 @@ class Bisection:
 
     # -- rounds
 
-    def torch_round(self, good: RunRecord | None, bad: RunRecord | None, backend_commit_: str | None,
+    def torch_round(self, good: RunRecord, bad: RunRecord, backend_commit_: str | None,
                     check_bad_end: bool = False) -> BisectRound:
-        if good is not None and bad is not None:
-            (good_spec, good_index), (bad_spec, bad_index) = torch_spec_of(good), torch_spec_of(bad)
-        else:
-            good_spec, bad_spec, good_index, bad_index = self.o.good, self.o.bad, self.o.index_url, self.o.index_url
+        (good_spec, good_index), (bad_spec, bad_index) = torch_spec_of(good), torch_spec_of(bad)
         index = self.o.index_url or bad_index or good_index
-        ends = [BisectCandidate(label=_torch_label(good_spec, good), spec=good_spec,
-                                commit=good.torch.git_version if good else None),
-                BisectCandidate(label=_torch_label(bad_spec, bad), spec=bad_spec,
-                                commit=bad.torch.git_version if bad else None)]
+        ends = [BisectCandidate(label=_torch_label(good_spec, good), spec=good_spec, commit=good.torch.git_version),
+                BisectCandidate(label=_torch_label(bad_spec, bad), spec=bad_spec, commit=bad.torch.git_version)]
         fixed = f"backend at {backend_commit_}" if backend_commit_ else "backend as in the manifest"
         notes: list[str] = []
         if good_spec.startswith("git:") and bad_spec.startswith("git:"):
@@ -541,8 +536,8 @@ def _origin(repo: Path, ref: str) -> str:
     return f"origin/{ref}"
 
 
-def _torch_label(spec: str, record: RunRecord | None) -> str:
-    version = record.torch.version if record is not None and record.torch.version else None
+def _torch_label(spec: str, record: RunRecord) -> str:
+    version = record.torch.version
     if spec.startswith("git:"):
         return f"pytorch@{spec[4:14]}"
     return "torch " + (version or spec).split("+", 1)[0]
