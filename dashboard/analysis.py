@@ -25,6 +25,12 @@ def mainline(runs: list[Run]) -> list[Run]:
     return [r for r in runs if r.trigger != "pr"]
 
 
+def with_results(runs: list[Run]) -> list[Run]:
+    """The runs that say something of the backend: not those that left no record (status
+    missing), which are shown as such but neither start nor end a red stretch."""
+    return [r for r in runs if r.status != "missing"]
+
+
 def last_green(runs: list[Run]) -> Run | None:
     return next((r for r in reversed(runs) if r.ok), None)
 

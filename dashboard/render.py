@@ -19,11 +19,12 @@ from .records import FAILING
 from .store import Run, safe_name
 
 # Bump when templates or page layout change: the next build re-renders every page.
-RENDERER_VERSION = "8"
+RENDERER_VERSION = "9"
 STAGES = ("torch", "build", "install", "autoload", "smoke", "integration")
-GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "blocked": "–", "skipped": "○"}
+GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "blocked": "–", "skipped": "○",
+         "missing": "?"}
 COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "crashed": "#82071e", "timeout": "#bc4c00",
-           "blocked": "#8c959f", "skipped": "#afb8c1", "unknown": "#8c959f"}
+           "blocked": "#8c959f", "skipped": "#afb8c1", "missing": "#bf3989", "unknown": "#8c959f"}
 OUTCOME_ORDER = ("failed", "error", "crashed", "timeout", "xpassed", "flaky", "xfailed", "skipped", "passed")
 _RANK = {o: i for i, o in enumerate(OUTCOME_ORDER)}
 LONG_TEXT = 20_000  # characters of a message or log tail shown before cutting
@@ -42,7 +43,7 @@ def env() -> jinja2.Environment:
                             pct=fmt_pct, cut=cut)
         _env.globals.update(STAGES=STAGES, GLYPH=GLYPH, run_href=run_href, backend_href=backend_href,
                             stage_title=stage_title, sparkline=sparkline, coverage_rows=coverage_rows,
-                            history_rows=history_rows,
+                            history_rows=history_rows, missing_cell=missing_cell,
                             outcome_class=outcome_class)
     return _env
 
@@ -254,7 +255,10 @@ def history_rows(runs: list[Run], paged: set[int], root: str) -> Markup:
         cells = [f'<tr data-status="{esc(run.status)}">\n<th class="name">'
                  + (f'<a href="{href}">{when}</a>' if href else when) + "</th>\n"]
         by_name = {st["name"]: st for st in run.stages}
-        for name in STAGES:
+        missing = run.status == "missing"
+        if missing:  # no stage ran: one cell across them says why
+            cells.append(missing_cell(run, href))
+        for name in () if missing else STAGES:
             stage = by_name.get(name)
             status = esc(stage["status"]) if stage else "none"
             glyph = GLYPH.get(status, "")
@@ -268,6 +272,15 @@ def history_rows(runs: list[Run], paged: set[int], root: str) -> Markup:
                      f'<td class="num">{fmt_duration(run.duration_s)}</td>\n</tr>')
         out.append("".join(cells))
     return Markup("\n".join(out))
+
+
+def missing_cell(run: Run, href: str | None = None) -> Markup:
+    """The stage columns of a run that left no record (status missing): one cell with the reason.
+    href: already escaped."""
+    reason = html.escape(run.missing_reason)
+    text = f'{GLYPH["missing"]} missing<span class="why">: {reason}</span>'
+    return Markup(f'<td class="c s-missing wide" colspan="{len(STAGES)}" title="missing: {reason}">'
+                  + (f'<a href="{href}">{text}</a>' if href else text) + "</td>")
 
 
 def coverage_rows(ops: list[str], backends: list[str], table: dict[str, dict[str, dict]]) -> Markup:

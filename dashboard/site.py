@@ -344,7 +344,7 @@ class _Build:
         main = analysis.mainline(runs)
         prs = [r for r in runs if r.trigger == "pr"]
         keep = {r.id: r for r in main[-self.run_pages:] + prs[-self.run_pages:]} if self.run_pages else {}
-        suspect = analysis.culprit(main)
+        suspect = analysis.culprit(analysis.with_results(main))
         if suspect is not None:
             keep[suspect.red.id] = suspect.red
             if suspect.green is not None:
@@ -369,6 +369,7 @@ class _Build:
             "run_id": latest.run_id, "started_at": latest.started_at, "trigger": latest.trigger,
             "torch": {"spec": latest.torch_spec, "version": latest.torch_version, "git_version": latest.torch_git},
             "stages": {s["name"]: s["status"] for s in latest.stages},
+            "missing_reason": latest.missing_reason or None,
             "tests": latest.counts, "pass_rate": latest.pass_rate,
             "last_green": _run_ref(green),
             "page": f"{base}.html", "badge": f"badges/{safe_name(name)}.svg", "api": f"api/{base}.json",
@@ -381,10 +382,12 @@ class _Build:
         name = summary["name"]
         main = analysis.mainline(runs) or runs
         pr_runs = [r for r in runs if r.trigger == "pr"]
-        suspect = analysis.culprit(main)
-        changes = analysis.changes(self.index, main)
-        flaky = analysis.flaky(self.index, main)
-        xfail = analysis.expected_failures(self.index, main[-1])
+        # Runs that left no record (missing) are listed, but say nothing of tests or culprits.
+        judged = analysis.with_results(main)
+        suspect = analysis.culprit(judged)
+        changes = analysis.changes(self.index, judged)
+        flaky = analysis.flaky(self.index, judged)
+        xfail = analysis.expected_failures(self.index, judged[-1] if judged else None)
         hrefs = {r.id: "../" + render.run_href(r) for r in main if r.id in paged}
         bisection = self.bisections.get(name)
         self.put(render.backend_href(name), render.page(
@@ -494,8 +497,8 @@ def _run_entry(run: Run, paged: set[int]) -> dict:
         "run_id": run.run_id, "started_at": run.started_at, "finished_at": run.finished_at,
         "status": run.status, "trigger": run.trigger, "pr": run.pr, "pr_head_sha": run.pr_head_sha,
         "torch": {"spec": run.torch_spec, "version": run.torch_version, "git_version": run.torch_git},
-        "stages": {s["name"]: s["status"] for s in run.stages}, "tests": run.counts,
-        "pass_rate": run.pass_rate, "duration_s": run.duration_s,
+        "stages": {s["name"]: s["status"] for s in run.stages}, "missing_reason": run.missing_reason or None,
+        "tests": run.counts, "pass_rate": run.pass_rate, "duration_s": run.duration_s,
         "page": render.run_href(run) if run.id in paged else None,
     }
 

@@ -106,6 +106,14 @@ class Run:
         return self.status in ("passed", "skipped")
 
     @property
+    def missing_reason(self) -> str:
+        """Why a `missing` run has no results: its one stage's root cause ('' for other runs)."""
+        if self.status != "missing":
+            return ""
+        stage = next((s for s in self.stages if s["status"] == "missing"), None)
+        return (stage.get("cause") or stage.get("summary") or "") if stage else "no record from the backend job"
+
+    @property
     def total(self) -> int:
         return sum(self.counts.values())
 
@@ -258,10 +266,11 @@ class Index:
             f"SELECT {LIGHT} FROM runs WHERE pr=? ORDER BY started_at DESC, id DESC", (pr,))]
 
     def nightly_before(self, backend: str, started_at: str) -> Run | None:
-        """The backend's latest `nightly` run that started before `started_at`."""
+        """The backend's latest `nightly` run that started before `started_at` (one that left no
+        record, status missing, has nothing to compare with)."""
         row = self.db.execute(
-            f"SELECT {LIGHT} FROM runs WHERE backend=? AND trigger='nightly' AND started_at < ?"
-            " ORDER BY started_at DESC, id DESC LIMIT 1", (backend, started_at)).fetchone()
+            f"SELECT {LIGHT} FROM runs WHERE backend=? AND trigger='nightly' AND status != 'missing'"
+            " AND started_at < ? ORDER BY started_at DESC, id DESC LIMIT 1", (backend, started_at)).fetchone()
         return Run(row) if row is not None else None
 
     def prs_after_nightly(self, backend: str, started_at: str) -> set[int]:
@@ -270,7 +279,7 @@ class Index:
         return {r[0] for r in self.db.execute(
             "SELECT DISTINCT pr FROM runs WHERE backend=? AND pr IS NOT NULL AND started_at >= ?"
             " AND started_at <= COALESCE((SELECT MIN(started_at) FROM runs WHERE backend=? AND trigger='nightly'"
-            " AND started_at > ?), started_at)", (backend, started_at, backend, started_at))}
+            " AND status != 'missing' AND started_at > ?), started_at)", (backend, started_at, backend, started_at))}
 
     def rows(self, ids: list[int]) -> list[Run]:
         """The runs with these index ids (those still in the index)."""

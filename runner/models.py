@@ -31,6 +31,9 @@ class Status(str, Enum):
     timeout = "timeout"
     blocked = "blocked"
     skipped = "skipped"
+    missing = "missing"
+    """a run of which nothing came back: its CI job never started, was cancelled, lost its
+    runner or failed before ootci ran (`ootci history fill-missing` writes its record)"""
 
     @property
     def ok(self) -> bool:
@@ -172,6 +175,16 @@ class RunRecord(_Model):
     def stage(self, name: str) -> StageResult | None:
         return next((s for s in self.stages if s.name == name), None)
 
+    @property
+    def missing_reason(self) -> str:
+        """Why a `missing` run has no results ('' for any other run)."""
+        if self.status is not Status.missing:
+            return ""
+        stage = next((s for s in self.stages if s.status is Status.missing), None)
+        if stage is None:
+            return "no record from the backend job"
+        return stage.root_cause.summary if stage.root_cause else stage.summary
+
     def first_problem(self) -> str:
         """`<stage>: <root cause>` of the first stage that did not pass (blocked ones only follow), or ''."""
         for stage in self.stages:
@@ -216,7 +229,7 @@ def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | 
 
 def overall_status(stages: list[StageResult]) -> Status:
     """A run is as bad as its worst stage; blocked stages only follow a failure."""
-    for status in (Status.crashed, Status.timeout, Status.failed):
+    for status in (Status.crashed, Status.missing, Status.timeout, Status.failed):
         if any(s.status is status for s in stages):
             return status
     if stages and all(s.status is Status.skipped for s in stages):

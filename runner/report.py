@@ -17,7 +17,7 @@ from .models import RunRecord, StageResult, Status
 
 ICONS = {
     Status.passed: "✅", Status.failed: "❌", Status.crashed: "💥", Status.timeout: "⏱️",
-    Status.blocked: "⛔", Status.skipped: "⏭️",
+    Status.blocked: "⛔", Status.skipped: "⏭️", Status.missing: "❓",
 }
 
 

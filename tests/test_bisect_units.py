@@ -285,6 +285,16 @@ def test_turned_red_lists_backends_whose_latest_run_is_the_first_red_one(tmp_pat
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == [{"backend": "openreg", "good": "openreg-20261120T030000Z-aaaaaa",
                                           "bad": "openreg-20261121T030000Z-bbbbbb", "runs_on": ["ubuntu-latest"]}]
+    # A later run whose job left no record says nothing of the backend: the red run is still the turn.
+    missing = runs / "openreg-20261121T120000Z-dddddd"
+    write_run(runs, missing.name, version="2.16.0.dev20261121+cpu", git_version="d" * 40, smoke=Status.failed,
+              tests={}, started=21)
+    record_missing = record_files.read(missing / "record.json")
+    record_missing.status, record_missing.stages = Status.missing, []
+    record_missing.started_at = record_missing.finished_at = record_missing.started_at.replace(hour=12)
+    record_files.write(missing, record_missing)
+    assert [(e["good"], e["bad"]) for e in json.loads(ootci("bisect", "--turned-red", "--runs", str(runs)).stdout)] \
+        == [("openreg-20261120T030000Z-aaaaaa", "openreg-20261121T030000Z-bbbbbb")]
     # Still red the night after: it was bisected when it turned, not again.
     write_run(runs, "openreg-20261122T030000Z-cccccc", version="2.16.0.dev20261122+cpu", git_version="c" * 40,
               smoke=Status.failed, tests={}, started=22)

@@ -584,3 +584,79 @@ def test_records_of_a_real_ootci_run(tmp_path):
     assert latest[0]["stages"]["torch"] == "failed"
     page = (out / latest[0]["run_page"]).read_text()
     assert "cannot import torch" in page
+
+
+# --- runs that left no record (`ootci history fill-missing`) ------------------------------
+
+WHY = "it never started, was cancelled, lost its runner or failed before ootci ran (backend jobs: failure)"
+
+
+def test_a_backend_whose_job_left_no_record_stays_on_the_page_as_missing(tmp_path):
+    """A nightly whose matrix had openreg and gaudi-hpu: openreg's job wrote its record, gaudi-hpu's
+    failed at setup and wrote none; publish's fill-missing recorded it as missing."""
+    from ootci.runner.commands import history
+
+    data, out = tmp_path / "runs", tmp_path / "site"
+    write_nights(data, "openreg", range(3))
+    matrix = [{"name": "openreg", "torch": "nightly"}, {"name": "gaudi-hpu", "torch": "nightly"}]
+    [missing], unreadable = history.fill_missing(matrix, data, WHY, trigger="nightly")
+    assert missing.backend == "gaudi-hpu" and unreadable == 0
+    reason = f"no record from the backend job: {WHY}"
+
+    report = build(data, out)
+
+    assert report.skipped == [] and report.warnings == []
+    index = (out / "index.html").read_text()
+    rows = {row.split('href="backends/', 1)[1].split(".html", 1)[0]: row
+            for row in index.split('<tr data-status="')[1:]}
+    assert set(rows) == {"openreg", "gaudi-hpu"}, "a backend never disappears from the page"
+    assert rows["openreg"].startswith('passed"')
+    assert rows["gaudi-hpu"].startswith('missing"') and "s-missing" in rows["gaudi-hpu"]
+    assert "missing" in rows["gaudi-hpu"] and reason in rows["gaudi-hpu"]
+    # The backend page says so, with the reason, and links the run page, which says so too.
+    page = (out / "backends" / "gaudi-hpu.html").read_text()
+    assert '<span class="pill s-missing">missing</span>' in page
+    assert 'id="missing"' in page and reason in page
+    entry = {b["name"]: b for b in json.loads((out / "api" / "latest.json").read_text())["backends"]}["gaudi-hpu"]
+    assert (entry["status"], entry["device"], entry["missing_reason"]) == ("missing", "hpu", reason)
+    assert entry["stages"] == {"job": "missing"} and entry["last_green"] is None
+    run_page = (out / entry["run_page"]).read_text()
+    assert missing.run_id in run_page and '<span class="pill s-missing">missing</span>' in run_page
+    assert reason in run_page
+    badge = (out / "badges" / "gaudi-hpu.svg").read_text()
+    assert "gaudi-hpu: missing" in badge and render.COLOURS["missing"] in badge
+    assert api(out, "openreg")["status"] == "passed"
+
+
+def test_a_missing_night_neither_starts_nor_ends_a_red_stretch(tmp_path):
+    """tenstorrent: green until night 9, red from night 10; night 12 left no record. The culprit
+    range, the new failures and the nightly a PR run compares with come from the runs that have
+    results; the latest run shown is the missing one."""
+    from ootci.runner import registry
+    from ootci.runner.commands import history
+
+    data, out = tmp_path / "runs", tmp_path / "site"
+    write_nights(data, "tenstorrent", range(8, 12))
+    night = synthetic.EPOCH + dt.timedelta(days=12, hours=3)
+    missing = history.missing_record(registry.resolve("openreg"), "nightly", WHY, trigger="nightly", pr=None,
+                                     now=night).model_copy(update={"backend": "tenstorrent", "device": "tt",
+                                                                   "run_id": "tenstorrent-missing-night-12"})
+    record_files.write(data / missing.run_id, missing)
+    write_runs(data, run_at("tenstorrent", 13, 1, pr=7, head=HEAD_1))
+
+    build(data, out)
+
+    tt = api(out, "tenstorrent")
+    assert tt["status"] == "missing" and tt["run_id"] == missing.run_id
+    assert tt["culprit"]["last_green"]["torch_git"] == synthetic.torch_commit(9)
+    assert tt["culprit"]["first_red"]["torch_git"] == synthetic.torch_commit(10)
+    assert tt["culprit"]["red_runs"] == 2
+    assert tt["last_green"]["torch_git"] == synthetic.torch_commit(9)
+    assert tt["new_failures"] == [] and tt["newly_fixed"] == []  # night 11 against night 10, not against nothing
+    page = (out / "backends" / "tenstorrent.html").read_text()
+    assert 'id="missing"' in page and 'id="culprit"' in page
+    assert page.count('<tr data-status="missing">') == 1  # its row in the history grid
+    # The PR run compares with night 11, the last nightly with results, not with the missing one.
+    pr_page = (out / "prs" / "7.html").read_text()
+    assert "(missing)" not in pr_page and "nothing to compare with" not in pr_page
+    assert f"<code>{synthetic.torch_commit(11)[:12]}</code>" in pr_page

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from ootci.runner import record_files
 from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
 from tests.support.cli import ootci
 
@@ -74,6 +77,90 @@ def test_merge_of_a_missing_source_is_one_line_and_exit_2_unless_missing_is_ok(t
     # After a run in which no backend job uploaded anything, the history still builds.
     result = ootci("history", "merge", str(tmp_path / "nowhere"), "--into", str(tmp_path / "history"), "--missing-ok")
     assert result.returncode == 0 and "0 added" in result.stdout
+
+
+# -- fill-missing -------------------------------------------------------------------
+
+RUN_ID = re.compile(r"(?P<backend>[a-z0-9-]+)-(?P<stamp>\d{8}T\d{6}Z)-[0-9a-f]{6}")
+
+
+def test_fill_missing_writes_a_missing_record_for_each_matrix_entry_without_one(tmp_path):
+    # The matrix exactly as the nightly's plan job prints it.
+    matrix = ootci("matrix", "openreg", "gaudi-hpu", "--torch", "2.13.0")
+    assert matrix.returncode == 0, matrix.stderr
+    artifacts = tmp_path / "records"
+    write_run(artifacts / "ootci-run-openreg-1", "openreg-1", trigger="nightly")  # openreg's job uploaded its record
+    reason = "it never started, was cancelled, lost its runner or failed before ootci ran (backend jobs: failure)"
+
+    result = ootci("history", "fill-missing", "--matrix", matrix.stdout, "--runs", str(artifacts), "--reason", reason)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == f"ootci: history {artifacts}: 2 matrix entries, 1 without a record"
+    [written] = [p for p in artifacts.glob("*/record.json")]
+    record = RunRecord.model_validate_json(written.read_text())
+    assert record == record_files.read(written)
+    assert written.parent.name == record.run_id and sorted(p.name for p in written.parent.iterdir()) == ["record.json"]
+    match = RUN_ID.fullmatch(record.run_id)
+    assert match and match["backend"] == "gaudi-hpu"
+    assert f"gaudi-hpu: no record; wrote {record.run_id} (missing: {reason})" in result.stdout
+    # Who, against what, and why, from the registry and the matrix entry.
+    assert (record.backend, record.device, record.trigger, record.torch.spec) == ("gaudi-hpu", "hpu", "nightly", "2.13.0")
+    assert record.status is Status.missing and not record.status.ok
+    assert record.finished_at is not None and record.started_at.strftime("%Y%m%dT%H%M%SZ") == match["stamp"]
+    [stage] = record.stages
+    assert stage.status is Status.missing and stage.root_cause.kind == "missing"
+    assert stage.root_cause.summary == f"no record from the backend job: {reason}"
+    assert record.missing_reason == stage.root_cause.summary
+    assert record.first_problem() == f"job: {stage.root_cause.summary}"
+    assert record.command == "ootci run gaudi-hpu --torch 2.13.0"
+
+    # Run again (a re-run of publish): every entry has a record now.
+    again = ootci("history", "fill-missing", "--matrix", matrix.stdout, "--runs", str(artifacts))
+    assert again.returncode == 0 and "2 matrix entries, 0 without a record" in again.stdout
+    assert len(list(artifacts.rglob("record.json"))) == 2
+
+    # The missing record joins the history like any run, and the summary reports it worst.
+    merged = ootci("history", "merge", str(artifacts), "--into", str(tmp_path / "history"), "--missing-ok")
+    assert merged.returncode == 0 and "2 added" in merged.stdout
+    github_output = tmp_path / "github_output"
+    summary = ootci("summary", str(tmp_path / "history"), env={"GITHUB_OUTPUT": str(github_output)})
+    assert github_output.read_text().splitlines()[0] == "status=missing"
+    assert f"| gaudi-hpu | ❓ missing | 2.13.0 | nightly | job: no record from the backend job: {reason} |" in summary.stdout
+
+
+def test_fill_missing_from_a_matrix_file_into_a_directory_that_does_not_exist_yet(tmp_path):
+    # No backend job uploaded anything: download-artifact made no directory.
+    matrix = tmp_path / "matrix.json"
+    matrix.write_text(json.dumps({"include": [{"name": "openreg", "torch": "nightly"}, {"name": "openreg"}]}))
+    runs = tmp_path / "records"
+
+    result = ootci("history", "fill-missing", "--matrix", str(matrix), "--runs", str(runs), "--trigger", "pr",
+                   "--pr", "175022")
+
+    assert result.returncode == 0, result.stderr
+    [written] = list(runs.glob("*/record.json"))  # a backend named twice is recorded once
+    record = record_files.read(written)
+    assert (record.backend, record.device, record.torch.spec, record.trigger, record.pr) == \
+        ("openreg", "openreg", "nightly", "pr", 175022)
+    assert record.missing_reason == ("no record from the backend job: it never started, was cancelled, "
+                                     "lost its runner or failed before ootci ran")
+
+
+@pytest.mark.parametrize("matrix, code, message", [
+    ('{"include": [', 2, "--matrix: not valid JSON: Expecting value (line 1 column 14)"),
+    ("nowhere.json", 2, "--matrix nowhere.json: cannot read: No such file or directory"),
+    ('{"matrix": []}', 2, '--matrix: expected {"include": [...]} as `ootci matrix` prints it'),
+    ('{"include": [{"name": "openreg"}, {"torch": "2.13.0"}]}', 2, "--matrix: include[1].name: missing"),
+    ('{"include": [{"name": "openreg", "torch": 2}]}', 2, "--matrix: include[0].torch: expected a non-empty string, got 2"),
+    ('{"include": ["openreg"]}', 2, '--matrix: include[0]: expected an object, got "openreg"'),
+    ('{"include": [{"name": "no-such-backend"}]}', 4, "--matrix: include[0].name: unknown backend 'no-such-backend'"),
+], ids=["json", "file", "shape", "name", "torch", "entry", "unknown"])
+def test_fill_missing_bad_matrix_is_one_line_naming_the_field(tmp_path, matrix, code, message):
+    result = ootci("history", "fill-missing", "--matrix", matrix, "--runs", str(tmp_path / "records"), cwd=tmp_path)
+    assert result.returncode == code
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"ootci: {message}"), line
+    assert not (tmp_path / "records").exists()
 
 
 # -- push --------------------------------------------------------------------------

@@ -22,8 +22,10 @@ BIN = Path(sys.executable).parent
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 ACTIONS = sorted((REPO / "actions").glob("*/action.yml"))
 EXAMPLE = REPO / "examples" / "vendor-workflow.yml"
+BISECT_EXAMPLE = REPO / "examples" / "vendor-bisect.yml"
+EXAMPLES = sorted((REPO / "examples").glob("*.yml"))
 CALLERS = sorted((REPO / "tests" / "workflows").glob("*.yml"))
-ALL_WORKFLOWS = [*WORKFLOWS, *CALLERS, EXAMPLE]
+ALL_WORKFLOWS = [*WORKFLOWS, *CALLERS, *EXAMPLES]
 PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
 SELF = re.compile(r"^\$/(.+)$")
 
@@ -44,7 +46,8 @@ def relative(paths: list[Path]) -> list[str]:
 
 
 def test_there_is_a_workflow_and_an_action_for_every_part():
-    assert {p.stem for p in WORKFLOWS} == {"backend", "build-torch", "nightly", "pytorch-pr", "ci", "release"}
+    assert {p.stem for p in WORKFLOWS} == {"backend", "bisect", "build-torch", "nightly", "pytorch-pr", "ci", "release"}
+    assert {EXAMPLE, BISECT_EXAMPLE} <= set(EXAMPLES)
     assert {p.parent.name for p in ACTIONS} >= {"setup", "get-torch", "build-backend", "verify-autoload",
                                                 "run-suites", "publish-results"}
 
@@ -71,7 +74,7 @@ def test_actionlint_catches_an_expression_in_run():
 
 
 def test_zizmor_offline_reports_nothing():
-    result = subprocess.run([tool("zizmor"), "--offline", "--no-progress", ".", *relative([*CALLERS, EXAMPLE])],
+    result = subprocess.run([tool("zizmor"), "--offline", "--no-progress", ".", *relative([*CALLERS, *EXAMPLES])],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "No findings to report" in result.stdout
@@ -118,6 +121,18 @@ def test_every_action_is_pinned_to_a_commit_or_is_ootci_itself(path):
         assert re.search(re.escape(uses) + r" # v\d", text), f"{path.name}: {uses} has no version comment"
 
 
+def test_each_action_is_pinned_to_one_commit_everywhere():
+    # Dependabot updates every pin of an action together; two SHAs of one action mean a copy went stale.
+    pins: dict[str, set[str]] = {}
+    for path in [*ALL_WORKFLOWS, *ACTIONS]:
+        for uses, comment in re.findall(r"uses:\s*([\w.-]+/[\w./-]+@[0-9a-f]{40})( # v[\w.]+)", path.read_text()):
+            pins.setdefault(uses.split("@")[0], set()).add(uses.split("@")[1] + comment)
+    pins.pop("ootci/ootci/.github/workflows/backend.yml", None)  # the examples' placeholder SHA
+    pins.pop("ootci/ootci/.github/workflows/bisect.yml", None)
+    assert {"actions/checkout", "actions/upload-artifact", "actions/download-artifact"} <= set(pins)
+    assert {action: sorted(shas) for action, shas in pins.items() if len(shas) > 1} == {}
+
+
 @pytest.mark.parametrize("path", [*ALL_WORKFLOWS, *ACTIONS], ids=lambda p: str(p.relative_to(REPO)))
 def test_no_expression_inside_run_and_no_persisted_credentials(path):
     for step in steps_of(path):
@@ -157,6 +172,10 @@ def test_least_privilege_permissions(path):
             assert name in PRIVILEGED_JOBS, f"{path.name}: job {name} gets pages/id-token"
             assert [s["uses"].split("@")[0] for s in job["steps"]] == PRIVILEGED_JOBS[name]
         assert set(granted.values()) <= {"read", "write"}
+        if granted.get("contents") == "write":
+            # Only the jobs that push the data branch.
+            assert name in ("publish", "publish-bisections"), f"{path.name}: job {name} may write contents"
+            assert granted == {"contents": "write"}, f"{path.name}: job {name} writes more than contents"
 
 
 def test_every_composite_action_step_calls_ootci():
@@ -181,9 +200,151 @@ def test_vendor_example_is_one_short_job_using_only_declared_inputs():
     assert len(job_text.strip().splitlines()) <= 6
 
 
-def test_docs_show_the_example_file_exactly():
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_docs_show_the_example_file_exactly(path):
     docs = (REPO / "docs" / "workflows.md").read_text()
-    assert EXAMPLE.read_text() in docs
+    assert path.read_text() in docs
+
+
+def workflow_inputs(name: str) -> dict:
+    return load(REPO / ".github" / "workflows" / name)["on"]["workflow_call"]["inputs"]
+
+
+@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
+def test_calls_of_reusable_workflows_pass_only_declared_inputs(path):
+    for name, job in load(path)["jobs"].items():
+        called = re.match(r"^(?:\$/|ootci/ootci/)\.github/workflows/([\w-]+\.yml)(@[0-9a-f]{40})?$", job.get("uses", ""))
+        if not called:
+            continue
+        declared = workflow_inputs(called.group(1))
+        given = job.get("with", {})
+        assert set(given) <= set(declared), f"{path.name}: job {name} passes undeclared inputs"
+        assert {i for i, spec in declared.items() if spec.get("required")} <= set(given), \
+            f"{path.name}: job {name} leaves out a required input"
+
+
+# -- bisect.yml ---------------------------------------------------------------------------
+
+BISECT = REPO / ".github" / "workflows" / "bisect.yml"
+NIGHTLY = REPO / ".github" / "workflows" / "nightly.yml"
+
+
+def test_bisect_is_a_reusable_workflow_with_its_inputs():
+    doc = load(BISECT)
+    assert set(doc["on"]) == {"workflow_call"}
+    inputs = doc["on"]["workflow_call"]["inputs"]
+    expected = {
+        "backend": ("string", None), "good": ("string", ""), "bad": ("string", ""), "axis": ("string", ""),
+        "torch": ("string", ""), "suites": ("string", "smoke,integration"), "max-steps": ("number", 8),
+        "runs-on": ("string", '["ubuntu-latest"]'), "python-version": ("string", "3.11"),
+        "history-branch": ("string", "ootci-data"),
+    }
+    assert {name: (spec["type"], spec.get("default")) for name, spec in inputs.items()} == expected
+    assert [name for name, spec in inputs.items() if spec.get("required")] == ["backend"]
+    assert all(spec.get("description") for spec in inputs.values())
+    assert set(doc["on"]["workflow_call"]["outputs"]) == {"result", "bisect-id", "artifact"}
+    # Like backend.yml: on the caller's runners, from the caller's checkout.
+    assert doc["jobs"]["bisect"]["runs-on"] == "${{ fromJSON(inputs.runs-on) }}"
+    assert doc["permissions"] == {"contents": "read"}
+    # It only reads: a vendor calls it without granting any write.
+    assert all(job.get("permissions") == {"contents": "read"} for job in doc["jobs"].values())
+
+
+def step_running(job: dict, command: str) -> dict:
+    [step] = [s for s in job["steps"] if command in s.get("run", "")]
+    return step
+
+
+def test_bisect_keeps_its_record_when_the_bisection_fails():
+    job = load(BISECT)["jobs"]["bisect"]
+    assert job["permissions"] == {"contents": "read"}
+    [bisect] = [s for s in job["steps"] if s.get("id") == "bisect"]
+    assert bisect["run"].startswith('ootci bisect "$BACKEND"')
+    assert "if" not in bisect, "the bisection's exit code is the job's"
+    for flag in ("--good", "--bad", "--axis", "--torch", "--suites", "--max-steps", "--runs", "--out"):
+        assert flag in bisect["run"]
+    assert bisect["env"]["OUT"] == "${{ runner.temp }}/ootci-bisect"
+    after = job["steps"][job["steps"].index(bisect) + 1:]
+    assert [s.get("id") for s in after][0] == "verdict"
+    for step in after:
+        assert "!cancelled()" in step["if"] and "always()" not in step["if"]
+    verdict = after[0]
+    assert verdict["shell"] == "python" and "GITHUB_STEP_SUMMARY" in verdict["run"]
+    assert all(word in verdict["run"] for word in ("result.summary", "result.cause", "result.links"))
+    [upload] = [s for s in after if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["with"]["path"] == bisect["env"]["OUT"]
+    # One artifact per backend, run and attempt.
+    artifact = verdict["env"]["ARTIFACT"]
+    assert all(part in artifact for part in ("inputs.backend", "github.run_id", "github.run_attempt"))
+    # The history is pulled only in a step of its own, with the token only there.
+    tokens = [s for s in job["steps"] if "GITHUB_TOKEN" in s.get("env", {})]
+    assert [s["run"].count("ootci history pull") for s in tokens] == [1]
+
+
+def test_bisect_pulls_the_history_for_run_ids_as_ootci_bisect_reads_them():
+    from ootci.runner.bisect import RUN_ID
+
+    [pull] = [s for s in load(BISECT)["jobs"]["bisect"]["steps"] if "ootci history pull" in s.get("run", "")]
+    assert "!env.ACT" in pull["if"]
+    shell_pattern = re.compile(re.search(r"run_id='([^']+)'", pull["run"]).group(1))
+    for text, is_run in [("openreg-20261122T031700Z-0a1b2c", True), ("acme-npu-2-20261122T031700Z-ffffff", True),
+                         ("a" * 40, False), ("main", False), ("2.13.0", False), ("v1.2", False),
+                         ("openreg-20261122T031700Z-0a1b2c/record.json", False)]:
+        assert bool(shell_pattern.match(text)) is is_run is bool(RUN_ID.match(text)), text
+
+
+def test_nightly_pushes_its_bisections_as_its_publish_pushes_runs():
+    jobs = load(NIGHTLY)["jobs"]
+    publish = jobs["publish-bisections"]
+    assert publish["needs"] == "bisect" and "!cancelled()" in publish["if"]
+    assert publish["permissions"] == {"contents": "write"}
+    runs = [s["run"].strip() for s in publish["steps"] if "run" in s]
+    assert runs[0] == 'ootci history pull "$RUNNER_TEMP/history" --branch ootci-data'
+    assert runs[1] == 'ootci history merge "$BISECTIONS" --into "$HISTORY/runs" --missing-ok'
+    assert runs[2].startswith('ootci history push "$RUNNER_TEMP/history" --branch ootci-data')
+    [download] = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert download["with"]["pattern"] == "ootci-bisect-*"
+    # The dashboard is rebuilt only by the publish jobs of nightly.yml and pytorch-pr.yml.
+    assert not any("ootci dashboard" in s.get("run", "") for s in steps_of(BISECT))
+    assert not any(u.endswith("update-dashboard") or "pages" in u for u in uses_of(BISECT))
+
+
+def test_a_bisection_without_one_culprit_is_a_result_not_a_failed_job():
+    [bisect] = [s for s in load(BISECT)["jobs"]["bisect"]["steps"] if s.get("id") == "bisect"]
+    assert '|| status=$?' in bisect["run"] and 'if [ "${status:-0}" -gt 1 ]; then exit "$status"; fi' in bisect["run"]
+
+
+def test_nightly_bisects_what_turned_red_after_publishing():
+    jobs = load(NIGHTLY)["jobs"]
+    plan, bisect = jobs["bisect-plan"], jobs["bisect"]
+    assert plan["needs"] == "publish"
+    assert "!cancelled()" in plan["if"] and "always()" not in plan["if"]
+    assert plan["permissions"] == {"contents": "read"}
+    assert plan["outputs"]["matrix"] == "${{ steps.turned-red.outputs.matrix }}"
+    assert "ootci bisect --turned-red --runs" in step_running(plan, "--turned-red")["run"]
+    assert bisect["needs"] == "bisect-plan"
+    assert "!cancelled()" in bisect["if"] and "needs.bisect-plan.outputs.matrix != '[]'" in bisect["if"]
+    assert bisect["uses"] == "$/.github/workflows/bisect.yml"
+    assert bisect["strategy"]["fail-fast"] is False
+    assert bisect["strategy"]["matrix"] == {"include": "${{ fromJSON(needs.bisect-plan.outputs.matrix) }}"}
+    assert bisect["permissions"] == {"contents": "read"}
+    assert bisect["with"]["good"] == "${{ matrix.good }}" and bisect["with"]["bad"] == "${{ matrix.bad }}"
+    assert bisect["with"]["max-steps"] == "${{ fromJSON(vars.OOTCI_BISECT_MAX_STEPS || '8') }}"
+    # Nothing of the night waits on a bisection.
+    for name, job in jobs.items():
+        needs = job.get("needs", [])
+        assert not {"bisect-plan", "bisect"} & set([needs] if isinstance(needs, str) else needs) or \
+            name in ("bisect", "publish-bisections"), f"{name} waits on a bisection"
+    assert jobs["deploy"]["needs"] == "publish"
+
+
+def test_vendor_bisect_example_is_one_job_pinned_at_a_sha():
+    example = load(BISECT_EXAMPLE)
+    [job] = example["jobs"].values()
+    assert re.match(r"^ootci/ootci/\.github/workflows/bisect\.yml@[0-9a-f]{40}$", job["uses"])
+    assert job["with"]["backend"] == "ci/backend.toml"
+    assert "publish" not in job["with"]
+    assert example["permissions"] == {"contents": "read"}
 
 
 def test_release_publishes_only_a_tested_tag_with_trusted_publishing():
@@ -202,6 +363,31 @@ def test_release_publishes_only_a_tested_tag_with_trusted_publishing():
 def test_a_cancelled_nightly_publishes_nothing():
     publish = load(REPO / ".github" / "workflows" / "nightly.yml")["jobs"]["publish"]
     assert "!cancelled()" in publish["if"] and "always()" not in publish["if"]
+
+
+def test_nightly_publish_records_every_matrix_entry_before_merging():
+    """A backend job that left no record (never started, cancelled, runner lost, setup failed)
+    still gets one: `ootci history fill-missing` over the downloaded records, with the matrix the
+    backend jobs were started from, before the history merge."""
+    jobs = load(NIGHTLY)["jobs"]
+    plan, backend, publish = jobs["plan"], jobs["backend"], jobs["publish"]
+    assert backend["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert plan["outputs"]["matrix"] == "${{ steps.matrix.outputs.matrix }}"
+    assert set(publish["needs"]) == {"plan", "backend"}
+    fill = step_running(publish, "ootci history fill-missing")
+    assert "if" not in fill, "it runs whenever publish does"
+    # The matrix and the backend jobs' result reach the shell only through env:.
+    assert fill["env"]["MATRIX"] == "${{ needs.plan.outputs.matrix }}"
+    assert fill["env"]["BACKEND_JOBS"] == "${{ needs.backend.result }}"
+    assert "${{" not in fill["run"]
+    assert fill["run"].startswith('ootci history fill-missing --matrix "$MATRIX" --runs "$RECORDS"')
+    assert "--reason" in fill["run"] and "$BACKEND_JOBS" in fill["run"]
+    # Over the records update-dashboard merges, before it merges them.
+    [dashboard] = [s for s in publish["steps"] if s.get("uses") == "$/actions/update-dashboard"]
+    assert fill["env"]["RECORDS"] == dashboard["with"]["records"]
+    assert publish["steps"].index(fill) < publish["steps"].index(dashboard)
+    [download] = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert publish["steps"].index(download) < publish["steps"].index(fill)
 
 
 def test_setup_installs_ootci_from_a_copy_and_not_editable():

@@ -96,27 +96,64 @@ def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path)
     assert (run_dir / "logs" / "smoke.log").is_file() and (run_dir / "logs" / "autoload.log").is_file()
 
 
+# A backend whose CI job never starts: no runner has its labels. (A job that fails while act
+# sets it up, e.g. its container cannot start, ends act's whole run, so it cannot stand in here.)
+GHOST_MANIFEST = """\
+name = "ghost"
+description = "a backend whose CI job never starts"
+device = "ghost"
+distribution = "torch_ghost"
+import_name = "torch_ghost"
+entry_point = "torch_ghost = torch_ghost:_autoload"
+[source]
+path = "."
+[ci]
+runs_on = ["self-hosted", "ootci-offline-accelerator"]
+"""
+
+
 @needs_openreg
 @needs_dashboard
 def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboard(act_setup, tmp_path):
+    """The matrix has openreg and ghost, whose job never starts: openreg's record and a missing
+    one for ghost (publish's `ootci history fill-missing`) join the history and the page."""
     workdir, root, env = act_setup
     ootci_act_dir = act_dir(root, "nightly")
+    registry = tmp_path / "registry"
+    (registry / "ghost").mkdir(parents=True)
+    (registry / "ghost" / "backend.toml").write_text(GHOST_MANIFEST)
     result = run_act(workdir, "workflow_dispatch", ".github/workflows/nightly.yml",
-                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir)},
-                     inputs={"backends": BACKEND, "torch": TORCH, "suites": "smoke"},
+                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_REGISTRY": str(registry)},
+                     inputs={"backends": f"{BACKEND} ghost", "torch": TORCH, "suites": "smoke"},
                      log=tmp_path / "act.log", stubs=root / "stubs")
 
     assert result.returncode == 0, result.output[-6000:]
     assert_no_gated_action_ran(result.output)
     matrix = [line for line in result.output.splitlines() if "::set-output:: matrix=" in line]
-    assert matrix and json.loads(matrix[0].split("matrix=", 1)[1])["include"][0]["name"] == BACKEND
+    assert matrix and [e["name"] for e in json.loads(matrix[0].split("matrix=", 1)[1])["include"]] == [BACKEND, "ghost"]
+    assert "Skipping unsupported platform" in result.output  # ghost's job never started
 
-    [record] = records_under(ootci_act_dir / "history" / "runs")
+    records = {r.backend: r for r in records_under(ootci_act_dir / "history" / "runs")}
+    assert set(records) == {BACKEND, "ghost"}
+    record, ghost = records[BACKEND], records["ghost"]
     assert record.backend == BACKEND and record.trigger == "nightly" and record.status is Status.passed
+    assert ghost.status is Status.missing and ghost.trigger == "nightly" and ghost.torch.spec == TORCH
+    assert ghost.device == "ghost" and ghost.missing_reason.startswith("no record from the backend job: it never started")
     site = ootci_act_dir / "site"
     assert (site / "index.html").is_file()
     assert record.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.html")) or \
         record.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.json"))
+    # The backend that produced nothing is still on the page, as missing, with the reason.
+    index = (site / "index.html").read_text()
+    assert 'href="backends/ghost.html"' in index and 'href="backends/openreg.html"' in index
+    assert index.count('<tr data-status="missing">') == 1
+    page = (site / "backends" / "ghost.html").read_text()
+    assert '<span class="pill s-missing">missing</span>' in page and ghost.missing_reason in page
+    # After the publish, the bisect plan reads the history: nothing turned red, nothing is bisected.
+    assert "::set-output:: matrix=[]" in result.output
+    assert "ootci bisect --turned-red" in result.output
+    assert not any("bisect.json" in p.name for p in ootci_act_dir.rglob("*"))
+    assert "Run Main ootci bisect \"$BACKEND\"" not in result.output
 
 
 def test_build_torch_workflow_acquires_a_pinned_wheel(act_setup, tmp_path):
@@ -335,3 +372,66 @@ def test_a_vendor_repository_calls_backend_yml_at_a_sha_as_the_readme_shows(act_
     own = [t for t in record.tests if t.suite == "own"]
     assert own and all(t.outcome.value in ("passed", "skipped") for t in own)
     assert record.command == f"ootci run ci/backend.toml --torch {real_wheels.NIGHTLY} --index-url {index}"
+
+
+@needs_openreg
+def test_bisect_workflow_names_the_first_bad_backend_commit_for_a_vendor(act_setup, tmp_path):
+    """bisect.yml under act runs the backend-axis case: a vendor repository calls
+    ootci/ootci/.github/workflows/bisect.yml@<sha> with examples/vendor-bisect.yml, its
+    manifest building from a git history of eight OpenReg commits; the fifth is the first
+    bad one, the third does not build."""
+    from ootci.runner.models import BisectRecord
+    from tests.support import bisect_repo
+
+    _, root, env = act_setup
+    history, commits = bisect_repo.make(tmp_path)
+    manifest = bisect_repo.manifest(tmp_path, history)
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    ootci_copy = as_called_from_elsewhere(REPO, tmp_path / "ootci", sha)
+    vendor = act_dir(tmp_path, "torch-acme")
+    (vendor / "ci").mkdir()
+    (vendor / "ci" / "backend.toml").write_text(manifest.read_text())
+    (vendor / ".github" / "workflows").mkdir(parents=True)
+    (vendor / ".github" / "workflows" / "bisect.yml").write_text(
+        re.sub(r"bisect\.yml@[0-9a-f]{40}", f"bisect.yml@{sha}", (REPO / "examples" / "vendor-bisect.yml").read_text()))
+    git = ["git", "-C", str(vendor), "-c", "user.name=vendor", "-c", "user.email=vendor@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "ootci bisect by hand"], check=True)
+    ootci_act_dir = act_dir(tmp_path, "out")
+
+    # max-steps is bisect.yml's default, 8.
+    result = run_act(vendor, "workflow_dispatch", ".github/workflows/bisect.yml",
+                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir)},
+                     inputs={"good": commits[0], "bad": "main", "axis": "backend", "torch": TORCH, "suites": "smoke"},
+                     log=tmp_path / "act.log", stubs=tmp_path / "stubs", ootci=ootci_copy,
+                     labels=("ubuntu-latest", "self-hosted", "my-accelerator"))
+
+    assert result.returncode == 0, result.output[-8000:]
+    assert_no_gated_action_ran(result.output)
+    [artifact] = list((ootci_act_dir / "artifacts").iterdir())
+    assert re.fullmatch(r"ootci-bisect-ci-backend\.toml-\d+-1", artifact.name), artifact.name
+    [path] = list(artifact.glob("*/bisect.json"))
+    bisection = BisectRecord.model_validate_json(path.read_bytes())
+    assert bisection.backend == "openreg-history" and bisection.state == "finished", bisection.error
+    outcome = bisection.result
+    assert outcome is not None and outcome.kind == "found", outcome
+    [walk] = [r for r in bisection.rounds if r.result is outcome]
+    assert walk.axis == "backend" and walk.torch == TORCH
+    assert walk.candidates[outcome.first_bad].commit == commits[bisect_repo.FIRST_BAD - 1]
+    assert walk.candidates[outcome.last_good].commit == commits[bisect_repo.FIRST_BAD - 2]
+    assert bisection.steps_taken() <= 8
+    # The commit that does not build was skipped, not blamed.
+    skipped = {walk.candidates[s.candidate].commit for s in walk.steps if s.verdict.value == "skip"}
+    assert skipped <= {commits[bisect_repo.BUILD_BROKEN - 1]}
+    # The steps' runs travel with the record.
+    assert all((path.parent / "steps" / s.run_id / "record.json").is_file() for s in walk.steps if s.run_id)
+    # The verdict, in the log (the CLI's line) and as an annotation (from bisect.json, as in the job summary).
+    verdict = f"openreg-history broke at openreg-history@{commits[bisect_repo.FIRST_BAD - 1][:10]}"
+    assert f"ootci bisect: {verdict}" in result.output
+    assert f"::notice title=ootci bisect found::{outcome.summary}" in result.output
+    assert f"**found**: ` {outcome.summary} `" in result.output  # act echoes the job summary
+    assert "::set-output:: result=found" in result.output
+    assert outcome.summary.startswith(verdict)
+    assert not (ootci_act_dir / "history").exists(), "bisect.yml only reads: nothing goes to the data branch"

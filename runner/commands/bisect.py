@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import bisect, bisect_search, registry
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, OotciError, OutputError, UsageError
-from ..models import SUITES, RunRecord
+from ..models import SUITES, RunRecord, Status
 from ..pipeline import Interrupted, interrupt_handlers
 from .history import find_runs
 
@@ -79,10 +79,11 @@ def options_from(args: argparse.Namespace, saved: dict | None = None) -> bisect.
 
 
 def _mainline(backend: str, runs: list[Path]) -> list[tuple[RunRecord, Path]]:
-    """The backend's finished runs under `runs` that are not PR runs, oldest first."""
+    """The backend's finished runs under `runs` that are not PR runs, oldest first. A `missing`
+    run (its job left no record) says nothing of the backend: it neither turns it red nor green."""
     found = [(record, run_dir) for root in runs if root.is_dir() for run_dir, record in find_runs(root)
              if record is not None and record.backend == backend and record.trigger != "pr"
-             and record.finished_at is not None]
+             and record.finished_at is not None and record.status is not Status.missing]
     return sorted(found, key=lambda pair: pair[0].started_at)
 
 

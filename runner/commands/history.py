@@ -5,13 +5,20 @@ directories (`<run_id>/record.json` with its logs and JUnit files) and merging n
 runs into it is copying the directories it does not have yet. `push` commits that
 directory and pushes it to a branch (e.g. `ootci-data`), creating the branch on the
 first push and replaying onto a newer tip when another job pushed first.
+
+`fill-missing` runs before the merge: every entry of the matrix the backend jobs were
+started from gets a record, a `missing` one when its job left none, so no backend
+drops off the dashboard because its job never got as far as `ootci run`.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import datetime as dt
+import json
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -20,9 +27,10 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from .. import record_files
-from ..errors import OotciError, OutputError, UsageError
-from ..models import BisectRecord, RunRecord
+from .. import __version__, record_files, registry
+from ..errors import OotciError, OutputError, UnknownBackendError, UsageError
+from ..manifest import Manifest
+from ..models import BisectRecord, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
 
 PUSH_ATTEMPTS = 4
 GIT_TIMEOUT_S = 300
@@ -45,6 +53,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--missing-ok", action="store_true",
                    help="a SOURCE that does not exist holds no runs (e.g. no job uploaded an artifact)")
     m.set_defaults(func=cmd_merge)
+
+    f = hsub.add_parser("fill-missing", help="write a `missing` record for each matrix entry whose job left none")
+    f.add_argument("--matrix", required=True, metavar="MATRIX",
+                   help="the JSON `ootci matrix` printed ({\"include\": [...]}), or a file holding it")
+    f.add_argument("--runs", type=Path, required=True, metavar="DIR",
+                   help="the run directories of this workflow run (e.g. downloaded artifacts); "
+                        "the missing records are written here")
+    f.add_argument("--reason", metavar="TEXT",
+                   help=f"why there is no record (default: {MISSING_WHY})")
+    f.add_argument("--trigger", default="nightly", help="trigger of the records written (default nightly)")
+    f.add_argument("--pr", type=int, metavar="N", help="PyTorch PR number, for --trigger pr")
+    f.set_defaults(func=cmd_fill_missing)
 
     pl = hsub.add_parser("pull", help="clone the data branch, or start an empty history if it does not exist yet")
     pl.add_argument("checkout", type=Path, help="directory to clone into (must not exist or be empty)")
@@ -165,6 +185,101 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if any(bisections.values()):
         print(f"ootci: history {args.into}: bisections: {len(bisections['added'])} added, "
               f"{len(bisections['updated'])} updated, {len(bisections['present'])} already present")
+    return 0
+
+
+# -- fill-missing --------------------------------------------------------------------
+
+MISSING_STAGE = "job"
+MISSING_WHY = "it never started, was cancelled, lost its runner or failed before ootci ran"
+
+
+def read_matrix(text: str) -> tuple[str, list[dict]]:
+    """(how to name it in errors, the entries) of a matrix given as JSON text or as a file."""
+    where = "--matrix"
+    if not text.lstrip().startswith(("{", "[")):
+        where = f"--matrix {text}"
+        try:
+            text = Path(text).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{where}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})") from None
+    entries = data.get("include") if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        raise UsageError(f'{where}: expected {{"include": [...]}} as `ootci matrix` prints it')
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise UsageError(f"{where}: include[{i}]: expected an object, got {json.dumps(entry)[:80]}")
+        for key in ("name", "torch"):
+            value = entry.get(key)
+            if (key == "name" or value is not None) and (not isinstance(value, str) or not value.strip()):
+                shown = "missing" if value is None else f"expected a non-empty string, got {json.dumps(value)[:80]}"
+                raise UsageError(f"{where}: include[{i}].{key}: {shown}")
+    return where, entries
+
+
+def _workflow_run_url() -> str | None:
+    server, repository, run = (os.environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    return f"{server}/{repository}/actions/runs/{run}" if server and repository and run else None
+
+
+def missing_record(manifest: Manifest, torch_spec: str, reason: str, *, trigger: str, pr: int | None,
+                   now: dt.datetime) -> RunRecord:
+    """The record of a run that left none: status missing, one stage saying why."""
+    summary = f"no record from the backend job: {reason}"
+    url = _workflow_run_url()
+    hint = f"see the backend job in {url}" if url else "see the backend job's log in the workflow run"
+    torch = TorchInfo(spec=torch_spec)
+    stage = StageResult(name=MISSING_STAGE, status=Status.missing, started_at=now, summary=summary,
+                        root_cause=RootCause(kind="missing", summary=summary, hint=hint))
+    return RunRecord(
+        run_id=f"{manifest.name}-{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}", backend=manifest.name,
+        device=manifest.device, trigger=trigger, pr=pr, torch=torch, ootci_version=__version__,
+        started_at=now, finished_at=now, status=Status.missing, stages=[stage],
+        command=reproduce_command(registry.reference(manifest), torch))
+
+
+def fill_missing(entries: list[dict], runs: Path, reason: str, *, trigger: str, pr: int | None = None,
+                 where: str = "--matrix") -> tuple[list[RunRecord], int]:
+    """Write a missing record under `runs` for every entry whose backend has no record there;
+    returns the records written and how many record files under `runs` did not load."""
+    manifests: dict[str, tuple[Manifest, dict]] = {}
+    for i, entry in enumerate(entries):
+        try:
+            manifest = registry.resolve(entry["name"])
+        except UnknownBackendError as exc:
+            raise UnknownBackendError(f"{where}: include[{i}].name: {exc.message}") from None
+        manifests.setdefault(manifest.name, (manifest, entry))
+    found = find_runs(runs) if runs.is_dir() else []
+    present = {record.backend for _, record in found if record is not None}
+    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    written = []
+    for name, (manifest, entry) in manifests.items():
+        if name in present:
+            continue
+        record = missing_record(manifest, entry.get("torch") or manifest.ci.torch, reason, trigger=trigger,
+                                pr=pr, now=now)
+        record_files.write(runs / record.run_id, record)
+        written.append(record)
+    return written, sum(1 for _, record in found if record is None)
+
+
+def cmd_fill_missing(args: argparse.Namespace) -> int:
+    if args.runs.exists() and not args.runs.is_dir():
+        raise OutputError(f"--runs: {args.runs} exists and is not a directory")
+    if args.pr is not None and args.pr <= 0:
+        raise UsageError(f"--pr: expected a PR number, got {args.pr}")
+    reason = " ".join((args.reason or "").split()) or MISSING_WHY
+    where, entries = read_matrix(args.matrix)
+    written, unreadable = fill_missing(entries, args.runs, reason, trigger=args.trigger, pr=args.pr, where=where)
+    for record in written:
+        print(f"ootci: history: {record.backend}: no record; wrote {record.run_id} (missing: {reason})")
+    if unreadable:
+        print(f"ootci: history: {unreadable} record file(s) under {args.runs} did not load")
+    print(f"ootci: history {args.runs}: {len(entries)} matrix entries, {len(written)} without a record")
     return 0
 
 

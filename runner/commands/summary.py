@@ -18,8 +18,10 @@ from ..report import ICONS
 from .history import find_runs
 
 # Worst first: the status a set of runs is reported with.
-SEVERITY = [Status.crashed, Status.timeout, Status.failed, Status.blocked, Status.passed, Status.skipped]
-NO_RUNS = "missing"
+# A run that left no record (Status.missing) is as bad as a crash: nothing is known of it.
+SEVERITY = [Status.crashed, Status.missing, Status.timeout, Status.failed, Status.blocked, Status.passed,
+            Status.skipped]
+NO_RUNS = Status.missing.value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
