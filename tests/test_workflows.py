@@ -396,3 +396,28 @@ def test_setup_installs_ootci_from_a_copy_and_not_editable():
     assert "--editable" not in install["run"] and " -e " not in install["run"]
     assert 'cp -R "$GITHUB_ACTION_PATH/../.." "$RUNNER_TEMP/ootci-src"' in install["run"]
     assert 'pip install --quiet --disable-pip-version-check "$RUNNER_TEMP/ootci-src"' in install["run"]
+
+
+@pytest.mark.parametrize("name", ["nightly.yml", "pytorch-pr.yml"])
+def test_a_re_run_deploys_the_site_of_its_own_attempt(name):
+    """`Re-run failed jobs` runs publish again in the same workflow run: its Pages artifact
+    must not collide with the first attempt's, and deploy must take its own attempt's."""
+    doc = load(REPO / ".github" / "workflows" / name)
+    uploads = [s for job in doc["jobs"].values() for s in job.get("steps", [])
+               if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
+    deploys = [s for job in doc["jobs"].values() for s in job.get("steps", [])
+               if s.get("uses", "").startswith("actions/deploy-pages@")]
+    assert len(uploads) == len(deploys) == 1
+    assert uploads[0]["with"]["name"] == deploys[0]["with"]["artifact_name"] == \
+        "github-pages-${{ github.run_attempt }}"
+
+
+@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_job_that_pushes_the_history_waits_in_a_concurrency_group(path):
+    """A group keeps one pending job and cancels the older pending ones: a publish waiting
+    behind another would be cancelled and its records lost. Pushes replay onto the tip instead."""
+    for name, job in load(path)["jobs"].items():
+        pushes = any("ootci history push" in s.get("run", "") for s in job.get("steps", []))
+        publishes = any(s.get("uses", "") == "$/actions/update-dashboard" for s in job.get("steps", []))
+        if pushes or publishes:
+            assert "concurrency" not in job, f"{path.name}: job {name} pushes the history from a concurrency group"
