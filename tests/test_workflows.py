@@ -421,3 +421,23 @@ def test_no_job_that_pushes_the_history_waits_in_a_concurrency_group(path):
         publishes = any(s.get("uses", "") == "$/actions/update-dashboard" for s in job.get("steps", []))
         if pushes or publishes:
             assert "concurrency" not in job, f"{path.name}: job {name} pushes the history from a concurrency group"
+
+
+def test_a_source_build_of_torch_caches_what_ootci_reuses_where_ootci_keeps_it():
+    """ccache is installed, and the ccache directory and the PyTorch git mirror that a source
+    build uses are cached at the paths ootci uses; a PR run's cache is never the nightly's."""
+    from ootci.runner.torch_source import Layout
+
+    home = Path("/home/runner")
+    layout = Layout(home / ".cache" / "ootci", "https://github.com/pytorch/pytorch.git", "/usr/bin/python3")
+    ootci_paths = {"~/" + str(layout.ccache.relative_to(home)), "~/" + str(layout.mirror.parent.relative_to(home))}
+    steps = load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]["steps"]
+    caches = [s for s in steps if s.get("uses", "").startswith("actions/cache@")]
+    assert {c["with"]["path"] for c in caches} == ootci_paths
+    for cache in caches:
+        key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
+        assert "${{ github.workflow }}" in key and "${{ github.workflow }}" in restore
+        assert key.startswith(restore)
+    install = next(i for i, s in enumerate(steps) if "apt-get install -y -q ccache" in s.get("run", ""))
+    build = next(i for i, s in enumerate(steps) if s.get("id") == "torch")
+    assert install < build and all(steps.index(c) < build for c in caches)
