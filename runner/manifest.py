@@ -7,16 +7,19 @@ exported by `ootci schema` for editors and check-jsonschema.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import tomllib
+import typing
 from enum import Enum
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, Union
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
+                      model_validator)
 
 from .errors import ManifestError
 
@@ -80,15 +83,75 @@ class Build(_Strict):
     no_deps: bool = Field(default=False, description="install the backend with --no-deps")
 
 
+class Container(_Strict):
+    """The job container, with the fields of a GitHub job's `container:` key (registry credentials
+    are not among them: secrets cannot travel through a manifest or an input)."""
+
+    image: str = Field(min_length=1, description="image, pinned by digest where the registry allows it")
+    options: str = Field(default="", description="extra `docker create` options, e.g. --runtime=habana --ipc=host "
+                         "(GitHub runs the job on a network of its own: no --network)")
+    volumes: list[str] = Field(default_factory=list, description="SOURCE:TARGET[:ro] mounts, e.g. the host's driver")
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
+              Annotated[str, Field(pattern=r"^\S*$")]] = Field(
+        default_factory=dict, description="environment of the container from its start (passed as docker -e: "
+        "no whitespace in values)")
+
+    def workflow_input(self) -> str:
+        """backend.yml's `container` input: the image alone, or JSON with image, options (the environment
+        as -e NAME=VALUE among them) and volumes."""
+        options = " ".join([self.options, *(f"-e {key}={value}" for key, value in self.env.items())]).strip()
+        fields = {"image": self.image, "options": options, "volumes": self.volumes}
+        given = {key: value for key, value in fields.items() if value}
+        return self.image if list(given) == ["image"] else json.dumps(given, separators=(",", ":"))
+
+
+# `container = "image"` (the old form) or a [ci.container] table: the form decides the branch, so a
+# mistake in a table is reported against the table's field, not as "not a string".
+_CONTAINER_FORMS = ("image-string", "container-table")
+
+
+def _container_form(value) -> str:
+    return _CONTAINER_FORMS[1] if isinstance(value, (dict, Container)) else _CONTAINER_FORMS[0]
+
+
+ContainerField = Annotated[
+    Union[Annotated[str, Tag(_CONTAINER_FORMS[0])], Annotated[Container, Tag(_CONTAINER_FORMS[1])]],
+    Discriminator(_container_form),
+]
+
+
 class CI(_Strict):
     runs_on: list[str] = Field(default_factory=lambda: ["ubuntu-latest"], description="GitHub runner labels")
-    container: str = Field(default="", description="container image for the job, empty for none")
+    container: ContainerField = Field(
+        default="", description="the job's container: an image, or a table with image, options, volumes and env; "
+        "empty for none")
     torch: str = Field(default="nightly", description="torch spec used by the nightly matrix")
+    python: str = Field(
+        default="", pattern=r"^(/\S*)?$",
+        description="absolute path of the interpreter in the image whose torch is tested (torch = \"installed\"): "
+        "passed to `ootci run --python`")
+    login_shell: bool = Field(
+        default=False, description="run the job's steps in a login shell (bash -el {0}), for images whose "
+        "environment comes from /etc/profile (CANN's set_env.sh)")
+    use_image_python: bool = Field(
+        default=False, description="run ootci itself on the image's python3 (a venv under runner.temp) instead of "
+        "actions/setup-python, for images setup-python does not support (openEuler); needs Python >= 3.11 and venv")
     pull_requests: bool | None = Field(
         default=None,
         description="run on PyTorch pull requests (`ootci relay plan`); unset: yes, unless the backend is a "
         "prebuilt package pinned to one torch (`==` in source.requirement), which a PR's torch cannot be",
     )
+
+    @property
+    def container_spec(self) -> Container | None:
+        """The container as a table, whichever form the manifest used (None: no container)."""
+        if isinstance(self.container, Container):
+            return self.container
+        return Container(image=self.container) if self.container else None
+
+    def container_input(self) -> str:
+        spec = self.container_spec
+        return spec.workflow_input() if spec else ""
 
 
 class VendorSuite(_Strict):
@@ -246,18 +309,32 @@ def json_schema() -> dict:
 
 
 def _field_path(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
+    return ".".join(str(p) for p in _named(loc)) or "(top level)"
+
+
+def _named(loc: tuple) -> tuple:
+    """loc without the tags pydantic adds for the branch of a union (ci.container's forms)."""
+    return tuple(p for p in loc if p not in _CONTAINER_FORMS)
+
+
+def _model_in(annotation) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if found := _model_in(arg):
+            return found
+    return None
 
 
 def _model_at(loc: tuple) -> type[BaseModel]:
     """The model that owns the field at loc, for 'did you mean' suggestions."""
     model: type[BaseModel] = Manifest
-    for part in loc[:-1]:
+    for part in _named(loc)[:-1]:
         field = model.model_fields.get(str(part))
-        annotation = getattr(field, "annotation", None)
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        inner = _model_in(getattr(field, "annotation", None))
+        if inner is None:
             break
-        model = annotation
+        model = inner
     return model
 
 

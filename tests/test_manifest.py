@@ -79,6 +79,16 @@ def test_valid_manifest_defaults(tmp_path):
         (lambda t: t + '[build]\nrecipe = "command"\n', "build.command", 'recipe = "command" needs the command'),
         (lambda t: t + '[[expected_failures]]\ntest = "x"\nreason = "y"\ntorch = "2.15 or later"\n',
          "expected_failures.0.torch", "version specifier"),
+        # [ci] container as a table, python, the switches.
+        (lambda t: t + '[ci.container]\nimage = "img"\noptoins = "--ipc=host"\n', "ci.container.optoins",
+         "did you mean 'options'?"),
+        (lambda t: t + '[ci.container]\noptions = "--ipc=host"\n', "ci.container.image", "Field required"),
+        (lambda t: t + '[ci.container]\nimage = "img"\nvolumes = "/a:/a"\n', "ci.container.volumes", "valid list"),
+        (lambda t: t + '[ci]\ncontainer = 3\n', "ci.container", "valid string"),
+        (lambda t: t + '[ci]\npython = "python3"\n', "ci.python", "should match pattern"),
+        (lambda t: t + '[ci.container]\nimage = "img"\nenv = { A = "two words" }\n', "ci.container.env.A",
+         "should match pattern"),
+        (lambda t: t + '[ci]\nlogin_shell = "yes please"\n', "ci.login_shell", "boolean"),
     ],
 )
 def test_bad_field_is_one_line_naming_file_and_field(tmp_path, mutation, field, words):
@@ -129,3 +139,47 @@ def test_resolve_by_path_and_unknown_name(tmp_path):
         registry.resolve("nope")
     with pytest.raises(UnknownBackendError, match="no such manifest"):
         registry.resolve(str(tmp_path / "missing.toml"))
+
+
+def test_ci_container_as_an_image_string_still_loads(tmp_path):
+    m = manifest.load(write(tmp_path, VALID + '[ci]\ncontainer = "ascendai/cann:8.2"\n'))
+    assert m.ci.container == "ascendai/cann:8.2"
+    assert m.ci.container_spec == manifest.Container(image="ascendai/cann:8.2")
+    assert m.ci.container_input() == "ascendai/cann:8.2"
+    assert (m.ci.python, m.ci.login_shell, m.ci.use_image_python) == ("", False, False)
+    assert manifest.load(write(tmp_path, VALID)).ci.container_input() == ""
+
+
+def test_ci_container_as_a_table_becomes_backend_yml_json(tmp_path):
+    m = manifest.load(write(tmp_path, VALID + """
+[ci]
+python = "/usr/bin/python3"
+login_shell = true
+use_image_python = true
+[ci.container]
+image = "reg.example/img:1"
+options = "--runtime=habana --ipc=host"
+volumes = ["/usr/local/dcmi:/usr/local/dcmi"]
+env = { HABANA_VISIBLE_DEVICES = "all" }
+"""))
+    assert (m.ci.python, m.ci.login_shell, m.ci.use_image_python) == ("/usr/bin/python3", True, True)
+    # The environment travels in options, as docker -e.
+    assert json.loads(m.ci.container_input()) == {
+        "image": "reg.example/img:1", "options": "--runtime=habana --ipc=host -e HABANA_VISIBLE_DEVICES=all",
+        "volumes": ["/usr/local/dcmi:/usr/local/dcmi"]}
+    # A table with only an image is the plain image, as the old form.
+    only = manifest.load(write(tmp_path, VALID + '[ci.container]\nimage = "img"\n'))
+    assert only.ci.container_input() == "img"
+
+
+def test_registered_accelerators_carry_their_runner_settings():
+    gaudi, ascend = registry.resolve("gaudi-hpu"), registry.resolve("ascend-npu")
+    assert gaudi.ci.torch == "installed" and gaudi.ci.python == "/usr/bin/python3"
+    assert "--runtime=habana" in gaudi.ci.container_spec.options
+    assert gaudi.ci.container_spec.env["HABANA_VISIBLE_DEVICES"] == "all"
+    assert ascend.ci.login_shell and ascend.ci.use_image_python and not ascend.ci.python
+    assert "/dev/davinci_manager" in ascend.ci.container_spec.options
+    assert "/usr/local/dcmi:/usr/local/dcmi" in ascend.ci.container_spec.volumes
+    # Each says where its values come from.
+    assert "huggingface/optimum-habana" in gaudi.path.read_text()
+    assert "Ascend/pytorch" in ascend.path.read_text() and "Ascend/cann-container-image" in ascend.path.read_text()

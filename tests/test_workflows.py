@@ -8,7 +8,9 @@ no expressions inside `run:`) are checked on the parsed YAML.
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,6 +18,9 @@ from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
+
+from tests.support.cli import ootci
+from tests.support.gh_expr import evaluate
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -153,6 +158,7 @@ def test_remote_actions_are_skipped_under_act(path):
 
 PRIVILEGED_JOBS = {
     "deploy": ["actions/configure-pages", "actions/deploy-pages"],
+    "deploy-bisections": ["actions/configure-pages", "actions/deploy-pages"],
     "publish": ["actions/download-artifact", "pypa/gh-action-pypi-publish"],
     # The relay authenticates a report by the OIDC token of the job that sends it.
     "relay-start": ["actions/checkout", "$/actions/setup", "$/actions/relay-report"],
@@ -401,15 +407,30 @@ def test_setup_installs_ootci_from_a_copy_and_not_editable():
 @pytest.mark.parametrize("name", ["nightly.yml", "pytorch-pr.yml"])
 def test_a_re_run_deploys_the_site_of_its_own_attempt(name):
     """`Re-run failed jobs` runs publish again in the same workflow run: its Pages artifact
-    must not collide with the first attempt's, and deploy must take its own attempt's."""
-    doc = load(REPO / ".github" / "workflows" / name)
-    uploads = [s for job in doc["jobs"].values() for s in job.get("steps", [])
-               if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
-    deploys = [s for job in doc["jobs"].values() for s in job.get("steps", [])
-               if s.get("uses", "").startswith("actions/deploy-pages@")]
-    assert len(uploads) == len(deploys) == 1
-    assert uploads[0]["with"]["name"] == deploys[0]["with"]["artifact_name"] == \
-        "github-pages-${{ github.run_attempt }}"
+    must not collide with the first attempt's (or with the other site of the same run), and
+    each deploy takes its own publisher's artifact of its own attempt."""
+    jobs = load(REPO / ".github" / "workflows" / name)["jobs"]
+    deploys = {name: job for name, job in jobs.items()
+               if any(s.get("uses", "").startswith("actions/deploy-pages@") for s in job.get("steps", []))}
+    assert deploys
+    names = []
+    for job in deploys.values():
+        [publisher] = [job["needs"]] if isinstance(job["needs"], str) else job["needs"]
+        [upload] = [s for s in jobs[publisher]["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
+        [deploy] = [s for s in job["steps"] if s.get("uses", "").startswith("actions/deploy-pages@")]
+        assert upload["with"]["name"] == deploy["with"]["artifact_name"]
+        assert upload["with"]["name"].endswith("-${{ github.run_attempt }}")
+        names.append(upload["with"]["name"])
+    assert len(set(names)) == len(names)
+
+
+def test_the_bisections_reach_the_page_the_same_night():
+    jobs = load(NIGHTLY)["jobs"]
+    runs = [s.get("run", "") for s in jobs["publish-bisections"]["steps"]]
+    push = next(i for i, r in enumerate(runs) if r.startswith("ootci history push"))
+    build = next(i for i, r in enumerate(runs) if r.startswith("ootci dashboard build"))
+    assert push < build
+    assert jobs["deploy-bisections"]["needs"] == "publish-bisections"
 
 
 @pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
@@ -441,3 +462,177 @@ def test_a_source_build_of_torch_caches_what_ootci_reuses_where_ootci_keeps_it()
     install = next(i for i, s in enumerate(steps) if "apt-get install -y -q ccache" in s.get("run", ""))
     build = next(i for i, s in enumerate(steps) if s.get("id") == "torch")
     assert install < build and all(steps.index(c) < build for c in caches)
+
+
+# -- containers, login shells and the image's Python (backend.yml on a vendor's runners) ------------
+
+BACKEND = REPO / ".github" / "workflows" / "backend.yml"
+SETUP = REPO / "actions" / "setup" / "action.yml"
+RUN_SUITES = REPO / "actions" / "run-suites" / "action.yml"
+
+
+def render_container(container_input: str) -> dict:
+    """backend.yml's `container:` key as GitHub evaluates it for one value of the container input."""
+    spec = load(BACKEND)["jobs"]["run"]["container"]
+    inputs = {"container": container_input}
+    return {key: evaluate(value, inputs=inputs) for key, value in spec.items()}
+
+
+def matrix_entry(name: str) -> dict:
+    [entry] = json.loads(ootci("matrix", name).stdout)["include"]
+    return entry
+
+
+def test_backend_takes_the_container_as_json_an_image_or_nothing():
+    inputs = load(BACKEND)["on"]["workflow_call"]["inputs"]
+    assert inputs["container"]["type"] == "string" and inputs["container"]["default"] == ""
+    assert "JSON" in inputs["container"]["description"]
+    # JSON with the fields of a job's container: key.
+    rendered = render_container(json.dumps({"image": "reg.example/img@sha256:" + "a" * 64,
+                                            "options": "--ipc=host -e A=1",
+                                            "volumes": ["/opt/drv:/opt/drv:ro", "/dev/shm:/dev/shm"]}))
+    assert rendered["image"] == "reg.example/img@sha256:" + "a" * 64
+    assert shlex.split(rendered["options"]) == ["--label=ootci", "--ipc=host", "-e", "A=1",
+                                                "-v", "/opt/drv:/opt/drv:ro", "-v", "/dev/shm:/dev/shm"]
+    # The key has only these fields: act decodes it into its ContainerSpec, which takes no expression
+    # for volumes or env (they travel in options).
+    assert set(rendered) == {"image", "options"}
+    # A plain image string, as before.
+    assert render_container("ascendai/cann:8.2") == {"image": "ascendai/cann:8.2", "options": "--label=ootci  "}
+    # Empty: an empty image, which GitHub runs on the runner itself (actions/runner#2235).
+    assert render_container("")["image"] == ""
+    # No field is ever an empty string where GitHub wants a non-empty one.
+    for value in ("", "img", '{"image": "img"}'):
+        assert render_container(value)["options"].strip()
+
+
+def test_registered_accelerators_render_their_vendors_container_settings():
+    gaudi = render_container(matrix_entry("gaudi-hpu")["container"])
+    assert gaudi["image"].startswith("vault.habana.ai/gaudi-docker/")
+    options = shlex.split(gaudi["options"])
+    assert {"--runtime=habana", "--cap-add=sys_nice", "--ipc=host"} <= set(options)
+    env = {options[i + 1] for i, o in enumerate(options) if o == "-e"}
+    assert env == {"HABANA_VISIBLE_DEVICES=all", "OMPI_MCA_btl_vader_single_copy_mechanism=none"}
+    ascend = render_container(matrix_entry("ascend-npu")["container"])
+    assert ascend["image"].startswith("ascendai/cann:")
+    options = shlex.split(ascend["options"])
+    devices = {options[i + 1] for i, o in enumerate(options) if o == "--device"}
+    assert devices == {"/dev/davinci0", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"}
+    mounts = {options[i + 1] for i, o in enumerate(options) if o == "-v"}
+    assert {"/usr/local/dcmi:/usr/local/dcmi", "/usr/local/bin/npu-smi:/usr/local/bin/npu-smi",
+            "/usr/local/Ascend/driver/lib64/:/usr/local/Ascend/driver/lib64/"} <= mounts
+    # GitHub puts a job container on a network of its own: no --network/--net in options.
+    assert not any(o.startswith(("--net", "--network")) for o in [*shlex.split(gaudi["options"]), *options])
+
+
+def test_backend_login_shell_is_the_default_shell_and_the_shell_of_ootci_run():
+    inputs = load(BACKEND)["on"]["workflow_call"]["inputs"]
+    assert (inputs["login-shell"]["type"], inputs["login-shell"]["default"]) == ("boolean", False)
+    job = load(BACKEND)["jobs"]["run"]
+    shell = job["defaults"]["run"]["shell"]
+    assert evaluate(shell, inputs={"login-shell": True}) == "bash -el {0}"
+    assert evaluate(shell, inputs={"login-shell": False}) == "bash"
+    [suites] = [s for s in job["steps"] if s.get("uses") == "$/actions/run-suites"]
+    assert suites["with"]["login-shell"] == "${{ inputs.login-shell }}"
+    # A composite step's shell cannot be an expression: one step per shell, exactly one runs.
+    steps = load(RUN_SUITES)["runs"]["steps"]
+    assert len(steps) == 2 and steps[0]["run"] == steps[1]["run"] and steps[0]["env"] == steps[1]["env"]
+    for login, shell in (("true", "bash -el {0}"), ("false", "bash")):
+        running = [s for s in steps if evaluate(s["if"], inputs={"login-shell": login})]
+        assert [s["shell"] for s in running] == [shell]
+
+
+def test_python_input_reaches_ootci_run_as_python_with_torch_installed():
+    inputs = load(BACKEND)["on"]["workflow_call"]["inputs"]
+    assert (inputs["python"]["type"], inputs["python"]["default"]) == ("string", "")
+    [suites] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("uses") == "$/actions/run-suites"]
+    assert suites["with"]["python"] == "${{ inputs.python }}"
+    torch = suites["with"]["torch"]
+    runner = {"temp": "/t"}
+    assert evaluate(torch, inputs={"python": "/usr/bin/python3", "torch": "nightly", "torch-artifact": ""},
+                    runner=runner) == "installed"
+    assert evaluate(torch, inputs={"python": "", "torch": "nightly", "torch-artifact": ""}, runner=runner) == "nightly"
+    assert evaluate(torch, inputs={"python": "", "torch": "t.whl", "torch-artifact": "a"},
+                    runner=runner) == "/t/ootci-torch/t.whl"
+    for step in load(RUN_SUITES)["runs"]["steps"]:
+        assert step["env"]["PYTHON"] == "${{ inputs.python }}"
+        assert '${PYTHON:+--python "$PYTHON"}' in step["run"]
+        assert step["run"].startswith('ootci run "$BACKEND" --torch "$TORCH_SPEC"')
+
+
+def test_setup_can_use_the_images_python_in_a_venv_under_runner_temp():
+    inputs = load(BACKEND)["on"]["workflow_call"]["inputs"]
+    assert (inputs["use-image-python"]["type"], inputs["use-image-python"]["default"]) == ("boolean", False)
+    [setup] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("uses") == "$/actions/setup"]
+    assert setup["with"]["use-image-python"] == "${{ inputs.use-image-python }}"
+    assert evaluate(setup["with"]["python"], inputs={"use-image-python": True, "python": "/x/python3.11"}) == \
+        "/x/python3.11"
+    assert evaluate(setup["with"]["python"], inputs={"use-image-python": True, "python": ""}) == "python3"
+    steps = load(SETUP)["runs"]["steps"]
+    [setup_python] = [s for s in steps if s.get("uses", "").startswith("actions/setup-python@")]
+    for use, runs in (("true", False), ("false", True)):
+        assert bool(evaluate(setup_python["if"], inputs={"use-image-python": use}, env={"ACT": ""})) is runs
+    (install,) = [s for s in steps if s.get("id") == "install"]
+    assert install["env"] == {"USE_IMAGE_PYTHON": "${{ inputs.use-image-python }}", "IMAGE_PYTHON": "${{ inputs.python }}"}
+    venv_line = install["run"].splitlines()[0]
+    assert venv_line.startswith('if [ "$USE_IMAGE_PYTHON" = true ]; then "$IMAGE_PYTHON" -m venv "$RUNNER_TEMP/ootci-venv";')
+    assert 'echo "$RUNNER_TEMP/ootci-venv/bin" >> "$GITHUB_PATH"' in venv_line
+    # Still a non-editable install from a copy under runner.temp, into whichever Python is first.
+    assert "--editable" not in install["run"] and " -e " not in install["run"]
+    assert "$GITHUB_ACTION_PATH" not in venv_line
+
+
+def test_setup_with_the_images_python_installs_nothing_into_the_image(tmp_path):
+    """The venv line of the install step, run for real with this machine's Python as the image's."""
+    (install,) = [s for s in load(SETUP)["runs"]["steps"] if s.get("id") == "install"]
+    venv_line = install["run"].splitlines()[0]
+    github_path = tmp_path / "github_path"
+    base = getattr(sys, "_base_executable", sys.executable)
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", venv_line + '\npython -c "import sys; print(sys.prefix)"'],
+                            env={"PATH": "/usr/bin:/bin", "USE_IMAGE_PYTHON": "true", "IMAGE_PYTHON": base,
+                                 "RUNNER_TEMP": str(tmp_path), "GITHUB_PATH": str(github_path)},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(tmp_path / "ootci-venv")
+    assert github_path.read_text() == f"{tmp_path / 'ootci-venv' / 'bin'}\n"
+
+
+def test_pip_index_secret_is_optional_and_only_in_the_env_of_the_installing_steps():
+    doc = load(BACKEND)
+    secrets = doc["on"]["workflow_call"]["secrets"]
+    assert set(secrets) == {"pip-extra-index-url"}
+    assert all(spec["required"] is False for spec in secrets.values())
+    job = doc["jobs"]["run"]
+    using = [s.get("uses") for s in job["steps"] if "secrets." in json.dumps(s)]
+    assert using == ["$/actions/setup", "$/actions/run-suites"]
+    for step in job["steps"]:
+        if step.get("uses") in using:
+            assert step["env"] == {"PIP_EXTRA_INDEX_URL": "${{ secrets.pip-extra-index-url }}"}
+            assert "secrets." not in json.dumps(step.get("with", {}))
+    assert "secrets." not in json.dumps({k: v for k, v in job.items() if k != "steps"})
+
+
+def test_nightly_passes_the_manifests_container_settings_from_the_matrix():
+    backend = load(NIGHTLY)["jobs"]["backend"]
+    for key in ("container", "python", "login-shell", "use-image-python"):
+        assert backend["with"][key] == f"${{{{ matrix.{key} }}}}"
+    entries = json.loads(ootci("matrix").stdout)["include"]
+    used = set(re.findall(r"matrix\.([\w-]+)", json.dumps(backend["with"])))
+    assert all(used <= set(entry) for entry in entries)
+    # What backend.yml gets is what it declares: strings and booleans of the right type.
+    declared = workflow_inputs("backend.yml")
+    for entry in entries:
+        for key in ("python", "login-shell", "use-image-python"):
+            assert isinstance(entry[key], bool) is (declared[key]["type"] == "boolean")
+
+
+@pytest.mark.parametrize("name", ["vendor-gaudi.yml", "vendor-ascend.yml"])
+def test_accelerator_examples_pass_container_json_that_renders(name):
+    [job] = load(REPO / "examples" / name)["jobs"].values()
+    assert re.match(r"^ootci/ootci/\.github/workflows/backend\.yml@[0-9a-f]{40}$", job["uses"])
+    container = job["with"]["container"]
+    assert container.startswith("{") and json.loads(container)["image"]
+    rendered = render_container(container)
+    assert rendered["image"] == json.loads(container)["image"]
+    assert set(job["secrets"]) <= set(load(BACKEND)["on"]["workflow_call"]["secrets"])
+    assert "python" in job["with"] or job["with"].get("use-image-python") is True

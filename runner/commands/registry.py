@@ -105,8 +105,12 @@ def matrix_entries(manifests: list[manifest_mod.Manifest], torch: str | None) ->
             "name": m.name,
             "device": m.device,
             "runs-on": m.ci.runs_on,
-            "container": m.ci.container,
+            # backend.yml's inputs as they are: the container as an image or as JSON, the rest as given.
+            "container": m.ci.container_input(),
             "torch": torch or m.ci.torch,
+            "python": m.ci.python,
+            "login-shell": m.ci.login_shell,
+            "use-image-python": m.ci.use_image_python,
         }
         for m in manifests
         if left_out(m, torch) is None
