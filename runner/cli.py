@@ -24,6 +24,7 @@ COMMANDS = [
     "summary",
     "relay",
     "bisect",
+    "shards",
 ]
 
 

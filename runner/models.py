@@ -20,6 +20,7 @@ SCHEMA_VERSION = 1
 # checked with re.fullmatch wherever they come in.
 COMMIT_SHA = r"[0-9a-f]{40}"
 DELIVERY_ID = r"[A-Za-z0-9-]{1,64}"
+SHARD_GROUP = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 
 
 class Status(str, Enum):
@@ -171,6 +172,12 @@ class RunRecord(_Model):
     )
     problems: list[str] = Field(default_factory=list, description="configuration problems found on the way")
     command: str = Field(default="", description="command that reproduces this run locally")
+    shard: str | None = Field(default=None, pattern=r"^[1-9][0-9]*/[1-9][0-9]*$",
+                              description="'K/N': this run ran only shard K of N of its suites "
+                                          "(`ootci run --shard`); None: all of them, or a merge of the shards")
+    shard_group: str | None = Field(default=None, pattern=f"^{SHARD_GROUP}$",
+                                    description="the id shared by the shards of one run (`--shard-group`); "
+                                                "a merged record keeps it")
 
     def stage(self, name: str) -> StageResult | None:
         return next((s for s in self.stages if s.name == name), None)
@@ -202,7 +209,8 @@ SUITES = ("smoke", "integration")
 """ootci's own test suites, in the order they run: the one place their names are spelled."""
 
 
-def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | list[str] = SUITES) -> str:
+def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | list[str] = SUITES,
+                      shard: str | None = None) -> str:
     """`ootci run ...` that tests the same backend against the same torch, on any machine.
 
     The torch is named as resolved, never as asked for: `nightly` becomes the version
@@ -224,6 +232,8 @@ def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | 
         argv += ["--torch", spec]
     if tuple(suites) != SUITES:
         argv += ["--suites", ",".join(suites) or "none"]
+    if shard:
+        argv += ["--shard", shard]
     return shlex.join(argv)
 
 

@@ -123,8 +123,11 @@ class SuiteRunner:
         on_line: Callable[[str], None] | None = None,
         env: dict[str, str] | None = None,
         torch_version: str | None = None,
+        shard: str | None = None,
     ):
         self.python = python
+        self.shard = shard
+        """"K/N": pytest suites run only the tests of shard K (the plugin's --ootci-shard)"""
         self.torch_version = torch_version
         """the torch under test, for expected failures scoped to torch versions"""
         self.manifest = manifest
@@ -211,11 +214,16 @@ class SuiteRunner:
         bad = {k: v for k, v in counts.items() if not Outcome(k).ok}
         shown = ", ".join(f"{v} {k}" for k, v in counts.items()) or "no tests"
         run.summary = f"{run.name}: {shown}"
+        # A shard of a small suite may hold none of its tests; the merge of the shards
+        # judges a suite that reported no tests in any of them.
+        empty_shard = bool(self.shard) and not run.results and not run.problems and run.root_cause is None
+        if empty_shard:
+            run.summary = f"{run.name}: no tests in shard {self.shard}"
         if first.suite_timed_out:
             run.status = Status.timeout
-        elif bad or run.problems or not run.results:
+        elif bad or run.problems or (not run.results and not empty_shard):
             run.status = Status.failed
-        if not run.results and not run.problems:
+        if not run.results and not run.problems and not empty_shard:
             run.problems.append(f"suite {run.name!r} reported no tests")
         if run.root_cause is None and bad:
             worst = next(r for r in run.results if not r.outcome.ok)
@@ -279,6 +287,8 @@ class SuiteRunner:
                 argv += ["-p", "no:xdist"]
             if only_file is not None:
                 argv += ["--ootci-only", str(only_file)]
+            if self.shard:
+                argv += ["--ootci-shard", self.shard]
             skip = set(result.cases) | dead
             if round_no and not (set(only) if only is not None else collected) - skip:
                 break  # the crash was the last test left
@@ -481,8 +491,16 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     only = ctx.options.only_tests
     if only is not None:
         specs = [s for s in specs if s.name in only]  # a command suite runs whole: it takes no ids
+    shard = getattr(ctx.options, "shard", None)
+    elsewhere = []
+    if shard and not shard.startswith("1/"):
+        # A command suite writes its own JUnit and takes no selection: it runs whole, in shard 1.
+        elsewhere = [s.name for s in specs if s.is_command]
+        specs = [s for s in specs if not s.is_command]
     if not specs:
         why = "none of its suites is selected" if only is not None else f"suites.{stage} = false in the manifest"
+        if elsewhere:
+            why = f"its command suites ({', '.join(elsewhere)}) run in shard 1/{shard.partition('/')[2]}"
         return StageResult(name=stage, status=Status.skipped, summary=f"no suites: {why}")
     if ctx.options.dry_run:
         return StageResult(name=stage, status=Status.skipped,
@@ -491,7 +509,7 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     runner = SuiteRunner(
         python=ctx.python, manifest=manifest, junit_dir=ctx.run_dir / "junit", log=ctx.log_path(stage),
         deadline=time.monotonic() + limit, on_line=getattr(ctx.reporter, "line", None),
-        env=ctx.pip_env(), torch_version=ctx.record.torch.version,
+        env=ctx.pip_env(), torch_version=ctx.record.torch.version, shard=shard,
     )
     runs = []
     for spec in specs:
@@ -500,10 +518,14 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
         ctx.record.tests.extend(run.results)
     problems = [p for run in runs for p in run.problems]
     selected = [s for s in SUITE_STAGES if s in ctx.options.suites]
+    unmatched = None
     if selected and stage == selected[-1] and only is None:
         suites_run = sorted({t.suite for t in ctx.record.tests})
-        problems += classify.unmatched_expected_failures(manifest, ctx.record.tests, suites_run,
+        unmatched = classify.unmatched_expected_failures(manifest, ctx.record.tests, suites_run,
                                                          ctx.record.torch.version)
+        if not shard:
+            problems += unmatched
+        # A shard sees a part of the tests: the merge keeps the entries no shard matched.
     for problem in problems:
         if problem not in ctx.record.problems:
             ctx.record.problems.append(problem)
@@ -515,6 +537,8 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     else:
         status = Status.passed
     summary = "; ".join(run.summary for run in runs)
+    if elsewhere:
+        summary += f"; command suites {', '.join(elsewhere)} run in shard 1/{shard.partition('/')[2]}"
     extra = [p for p in problems if p not in summary]
     if extra:
         summary += "; " + "; ".join(extra)
@@ -522,12 +546,17 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     if status is Status.timeout and cause is None:
         cause = RootCause(kind="timeout", summary=f"the {stage} suites exceeded their {limit:g} s time limit",
                           timeout_s=limit)
+    data = {"suites": {run.name: {
+        "status": run.status.value,
+        "counts": run.counts,
+        "duration_s": round(run.duration_s, 3),
+        "junit": os.path.relpath(run.junit, ctx.run_dir) if run.junit else None,
+    } for run in runs}}
+    if shard:
+        data["shard"] = shard
+        if unmatched is not None:
+            data["unmatched_expected_failures"] = unmatched
     return StageResult(
         name=stage, status=status, summary=summary, counts=junit.count_by_outcome(results), root_cause=cause,
-        data={"suites": {run.name: {
-            "status": run.status.value,
-            "counts": run.counts,
-            "duration_s": round(run.duration_s, 3),
-            "junit": os.path.relpath(run.junit, ctx.run_dir) if run.junit else None,
-        } for run in runs}},
+        data=data,
     )

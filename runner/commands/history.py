@@ -2,7 +2,9 @@
 
 A run record never changes once written, so the history is a directory of run
 directories (`<run_id>/record.json` with its logs and JUnit files) and merging new
-runs into it is copying the directories it does not have yet. `push` commits that
+runs into it is copying the directories it does not have yet. The records of the
+shards of a sharded run (`shard` set) are not copied: `ootci shards merge` makes the
+one record of that run, which is. `push` commits that
 directory and pushes it to a branch (e.g. `ootci-data`), creating the branch on the
 first push and replaying onto a newer tip when another job pushed first.
 
@@ -101,7 +103,7 @@ def find_runs(source: Path) -> list[tuple[Path, RunRecord | None]]:
 
 def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str, list[str]]:
     """Copy new run directories into `into`; returns run ids by what happened to them."""
-    outcome: dict[str, list[str]] = {"added": [], "present": [], "rejected": []}
+    outcome: dict[str, list[str]] = {"added": [], "present": [], "rejected": [], "shards": []}
     into.mkdir(parents=True, exist_ok=True)
     for source in sources:
         if missing_ok and not source.exists():
@@ -114,6 +116,10 @@ def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str
             if record is None or record.run_id != run_dir.name:
                 # A directory named otherwise would shadow or collide with another run.
                 outcome["rejected"].append(str(run_dir))
+                continue
+            if record.shard:
+                # One shard of a sharded run: `ootci shards merge` makes the run's record of them.
+                outcome["shards"].append(str(run_dir))
                 continue
             target = into / record.run_id
             if target.exists():
@@ -179,6 +185,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
         print(f"ootci: history: skipped {run_dir}: record.json does not load or names another run")
     print(f"ootci: history {args.into}: {len(outcome['added'])} added, "
           f"{len(outcome['present'])} already present, {len(outcome['rejected'])} skipped")
+    if outcome["shards"]:
+        print(f"ootci: history: {len(outcome['shards'])} shard record(s) not added: "
+              "`ootci shards merge` makes one record of the shards of a run, and that one is added")
     bisections = merge_bisections(args.sources, args.into)
     for directory in bisections["rejected"]:
         print(f"ootci: history: skipped {directory}: bisect.json does not load or names another bisection")

@@ -12,6 +12,7 @@ from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError, UsageError
 from ..pipeline import Interrupted, interrupt_handlers, run_backend
 from ..models import COMMIT_SHA, DELIVERY_ID
 from ..report import Reporter
+from .shards import check_group, default_group, parse_shard
 from ..stages import SUITE_STAGES, RunOptions
 
 
@@ -33,6 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delivery-id", metavar="ID", help="delivery id of PyTorch's relay dispatch that started the run")
     p.add_argument("--jobs", type=int, help="parallel build jobs (MAX_JOBS)")
     p.add_argument("--cache", type=Path, help="cache directory (default $OOTCI_CACHE or ~/.cache/ootci)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="run every stage, but only the tests of shard K of N in the suite stages "
+                        "(merge the N records with `ootci shards merge`)")
+    p.add_argument("--shard-group", metavar="ID",
+                   help="id the N shards of one run share (default: gh-$GITHUB_RUN_ID on GitHub Actions, "
+                        "else local-<UTC date>)")
     p.set_defaults(func=cmd_run)
 
 
@@ -48,7 +55,8 @@ def options_from(args: argparse.Namespace) -> RunOptions:
             raise UsageError(f"--python: {python} is not an interpreter")
     torch = args.torch or ("installed" if python else "nightly")
     if torch == "installed" and python is None:
-        raise UsageError("--torch installed needs --python (the environment that has it)")
+        raise UsageError("--torch installed needs --python (the environment that has it), "
+                         "or [ci] python in the manifest")
     if python is not None and torch != "installed":
         raise UsageError("--python uses the torch already installed there: drop --torch or pass --torch installed")
     spec = torchspec.parse(torch)
@@ -56,13 +64,20 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         raise UsageError(f"--pr-head-sha: {args.pr_head_sha[:60]!r} is not 40 lowercase hexadecimal digits")
     if args.delivery_id is not None and not re.fullmatch(DELIVERY_ID, args.delivery_id):
         raise UsageError(f"--delivery-id: {args.delivery_id[:60]!r} is not 1-64 letters, digits and '-'")
+    shard = shard_group = None
+    if args.shard is not None:
+        k, n = parse_shard(args.shard)
+        shard = f"{k}/{n}"
+        shard_group = check_group(args.shard_group) if args.shard_group is not None else default_group()
+    elif args.shard_group is not None:
+        raise UsageError("--shard-group names the shards of one run: it needs --shard K/N")
     if args.out.exists() and not args.out.is_dir():
         raise OutputError(f"--out: {args.out} exists and is not a directory")
     # Absolute: stages run tools in other working directories.
     return RunOptions(torch=spec.raw, out=args.out.absolute(), python=python, index_url=args.index_url, suites=suites,
                       trigger=args.trigger, pr=args.pr, pr_head_sha=args.pr_head_sha or None,
                       relay_delivery_id=args.delivery_id or None, jobs=args.jobs, cache=args.cache,
-                      torch_repo=args.torch_repo, dry_run=args.dry_run)
+                      torch_repo=args.torch_repo, dry_run=args.dry_run, shard=shard, shard_group=shard_group)
 
 
 def preflight(options: RunOptions) -> torch_acquire.TorchPlan:
@@ -86,12 +101,19 @@ def print_plan(manifests, options: RunOptions, plan: torch_acquire.TorchPlan) ->
         for name in STAGES:
             reason = skip_reason(m, options, name)
             print(f"  {name:<12} {'skip: ' + reason if reason else 'run'}")
+    if options.shard:
+        print(f"shard {options.shard} (group {options.shard_group}): the suites run only this shard's tests")
     print(f"records: {options.out}/<run_id>/record.json")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     # Everything that can be wrong with the input is checked before anything is written.
     manifests = [registry.resolve(name) for name in args.names]
+    if args.python is None and args.torch == "installed":
+        # The manifest names the interpreter of its image ([ci] python) when the caller does not.
+        pythons = {m.ci.python for m in manifests}
+        if len(pythons) == 1 and "" not in pythons:
+            args.python = Path(pythons.pop())
     options = options_from(args)
     plan = preflight(options)
     if options.dry_run:

@@ -40,6 +40,10 @@ class RunOptions:
     """suite -> test ids: run only these (a bisection step); suites not named do not run"""
     last_stage: str | None = None
     """the stages after it are not run (a bisection step needs only the stage it judges)"""
+    shard: str | None = None
+    """"K/N": the suite stages run only the tests of shard K of N (`ootci run --shard`)"""
+    shard_group: str | None = None
+    """the id the N shards of one run share, so that `ootci shards merge` finds them"""
 
 
 @dataclass

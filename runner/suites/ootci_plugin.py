@@ -20,12 +20,16 @@ What it adds to a pytest session:
   a hang in native code that never returns to Python is ended by faulthandler a
   little later, which exits the process after dumping every thread's stack;
 - selection files (`--ootci-only`, `--ootci-exclude`, one test id a line) for retries
-  and for resuming after a crash without long command lines.
+  and for resuming after a crash without long command lines;
+- sharding (`--ootci-shard K/N`): every shard collects the whole suite and keeps only
+  the tests whose node id hashes to shard K (`shard_of`: blake2b of "suite::nodeid",
+  mod N), so N machines each run about 1/N of it and together run all of it once.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import hashlib
 import json
 import os
 import re
@@ -84,6 +88,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds one test may take (0: no limit)")
     group.addoption("--ootci-only", default="", help="file of test ids: run only these")
     group.addoption("--ootci-exclude", default="", help="file of test ids: do not run these")
+    group.addoption("--ootci-shard", default="", metavar="K/N",
+                    help="run only the tests of shard K of N (a stable hash of suite and node id)")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """(K, N) of "K/N" with 1 <= K <= N; ValueError otherwise."""
+    k, sep, n = text.strip().partition("/")
+    if not sep or not k.strip().isdigit() or not n.strip().isdigit():
+        raise ValueError(f"{text!r} is not K/N (e.g. 2/3)")
+    k_, n_ = int(k), int(n)
+    if not 1 <= k_ <= n_:
+        raise ValueError(f"{text!r}: K must be between 1 and N")
+    return k_, n_
+
+
+def shard_of(suite: str, nodeid: str, shards: int) -> int:
+    """The shard (1..shards) a test belongs to: the same in every process and on every machine
+    (never Python's salted hash()), so that N shards partition a suite."""
+    digest = hashlib.blake2b(f"{suite}::{nodeid}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards + 1
 
 
 def _split(value: str | None) -> list[str]:
@@ -120,6 +144,12 @@ def pytest_configure(config: pytest.Config) -> None:
             __import__(module)
         except Exception as exc:  # reported as a usage error: nothing can run without the backend
             raise pytest.UsageError(f"--ootci-import: cannot import {module!r}: {type(exc).__name__}: {exc}")
+    shard = config.getoption("ootci_shard")
+    if shard:
+        try:
+            parse_shard(shard)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--ootci-shard: {exc}")
     state = _State(config, capabilities)
     config.stash[_STATE] = state
     config.pluginmanager.register(state, "ootci-state")
@@ -210,10 +240,14 @@ class _State:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         only = _read_ids(config.getoption("ootci_only"))
         exclude = _read_ids(config.getoption("ootci_exclude"))
-        if only or exclude:
+        shard = config.getoption("ootci_shard")
+        k, n = parse_shard(shard) if shard else (1, 1)
+        suite = config.getoption("ootci_suite") or ""
+        if only or exclude or n > 1:
             kept, dropped = [], []
             for item in items:
-                wanted = (not only or item.nodeid in only) and item.nodeid not in exclude
+                wanted = ((not only or item.nodeid in only) and item.nodeid not in exclude
+                          and (n == 1 or shard_of(suite, item.nodeid, n) == k))
                 (kept if wanted else dropped).append(item)
             if dropped:
                 config.hook.pytest_deselected(items=dropped)
