@@ -196,6 +196,29 @@ def test_push_creates_the_branch_then_adds_to_it_and_survives_a_concurrent_push(
     assert "nothing new to commit" in ootci("history", "push", str(mine), "--branch", "ootci-data").stdout
 
 
+def test_pushers_started_at_the_same_moment_all_land(tmp_path, bare_remote):
+    """Publishers are in no concurrency group: jobs of several runs push the data branch at the
+    same time. Four `ootci history push` processes, started together from clones of one tip,
+    each with a record of its own: every push succeeds and every record is on the branch."""
+    from tests.support.cli import OOTCI
+
+    seed = tmp_path / "seed"
+    write_run(seed, "openreg-0")
+    assert ootci("history", "push", str(seed), "--branch", "ootci-data", "--remote", str(bare_remote)).returncode == 0
+    clones = []
+    for i in range(1, 5):
+        clone = tmp_path / f"job{i}"
+        subprocess.run(["git", "clone", "-q", "-b", "ootci-data", str(bare_remote), str(clone)], check=True)
+        write_run(clone, f"openreg-{i}")
+        clones.append(clone)
+    procs = [subprocess.Popen([str(OOTCI), "history", "push", str(clone), "--branch", "ootci-data"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for clone in clones]
+    results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    assert all(code == 0 for code, _, _ in results), results
+    files = git(bare_remote, "ls-tree", "-r", "--name-only", "ootci-data").split()
+    assert {f.split("/")[0] for f in files} == {f"openreg-{i}" for i in range(5)}
+
+
 def test_push_without_any_remote_names_what_is_missing(tmp_path):
     write_run(tmp_path / "history", "openreg-1")
     env = {"GITHUB_REPOSITORY": "", "GITHUB_SERVER_URL": ""}

@@ -636,3 +636,25 @@ def test_accelerator_examples_pass_container_json_that_renders(name):
     assert rendered["image"] == json.loads(container)["image"]
     assert set(job["secrets"]) <= set(load(BACKEND)["on"]["workflow_call"]["secrets"])
     assert "python" in job["with"] or job["with"].get("use-image-python") is True
+
+
+def test_a_matrix_of_calls_for_one_backend_uploads_one_artifact_each():
+    """upload-artifact refuses a second artifact of one name: calls of backend.yml for the same
+    manifest (a caller's matrix over torches) tell theirs apart by artifact-suffix."""
+    from ootci.runner.commands.summary import artifact_name
+
+    backend = load(REPO / ".github" / "workflows" / "backend.yml")
+    assert backend["on"]["workflow_call"]["inputs"]["artifact-suffix"]["default"] == ""
+    [publish] = [s for s in backend["jobs"]["run"]["steps"] if s.get("id") == "publish"]
+    template = publish["with"]["artifact"]
+
+    def name(suffix: str, attempt: int = 1) -> str:
+        rendered = re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
+            m.group(1), inputs={"backend": "ci/backend.toml", "artifact-suffix": suffix},
+            github={"run_attempt": attempt})), template)
+        return artifact_name(rendered)
+
+    assert name("") == "ootci-run-ci-backend.toml-1"  # what a single call has always uploaded
+    names = {name("torch-2.14.0"), name("torch-2.15.0"), name("nightly"), name("")}
+    assert len(names) == 4
+    assert name("nightly", attempt=2) != name("nightly", attempt=1)
