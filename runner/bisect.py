@@ -228,7 +228,7 @@ class Bisection:
         atomic.write_text(self.dir / BISECT_NAME, self.state.model_dump_json(indent=2) + "\n")
 
     def say(self, text: str) -> None:
-        self.reporter._print(f"ootci bisect: {text}")
+        self.reporter.note(f"ootci bisect: {text}")
 
     # -- running one candidate
 

@@ -69,6 +69,10 @@ class Reporter:
                 self.stream.write(f"\r\033[K  {self._label}  {elapsed:5.0f}s  {last}")
                 self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """A line of ootci's own between runs (e.g. a bisection's progress), always shown."""
+        self._print(text)
+
     def line(self, text: str) -> None:
         """One line of a stage's subprocess output."""
         text = text.rstrip("\n")
