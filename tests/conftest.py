@@ -25,6 +25,13 @@ collect_ignore_glob = ["fixtures/*"]
 
 
 @pytest.fixture(scope="session")
+def httpserver_listen_address():
+    """pytest-httpserver's one server of the session, on an IP address, not "localhost": nothing
+    in the tests resolves names, and every test sees the same URLs whichever module starts it."""
+    return ("127.0.0.1", 0)
+
+
+@pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
 

@@ -38,12 +38,6 @@ HOSTILE = ("$(", "`", "evil", "pwned", "rm -rf", "::set-output", "::error::", ":
            "reboot", "${IFS}")
 
 
-@pytest.fixture(scope="session")
-def httpserver_listen_address():
-    # An IP address, not "localhost": nothing here resolves names or leaves 127.0.0.1.
-    return ("127.0.0.1", 0)
-
-
 @pytest.fixture(autouse=True)
 def bundled_registry(monkeypatch):
     monkeypatch.delenv("OOTCI_REGISTRY", raising=False)
