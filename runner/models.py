@@ -237,11 +237,21 @@ def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | 
     return shlex.join(argv)
 
 
+SEVERITY = (Status.crashed, Status.missing, Status.timeout, Status.failed, Status.blocked, Status.passed,
+            Status.skipped)
+"""Statuses worst first. A run that left no record (missing) is as bad as a crash: nothing is known of it."""
+
+
+def worst_of(statuses) -> Status:
+    """The worst of some statuses (at least one), by SEVERITY."""
+    return min(statuses, key=SEVERITY.index)
+
+
 def overall_status(stages: list[StageResult]) -> Status:
     """A run is as bad as its worst stage; blocked stages only follow a failure."""
-    for status in (Status.crashed, Status.missing, Status.timeout, Status.failed):
-        if any(s.status is status for s in stages):
-            return status
+    status = worst_of(s.status for s in stages) if stages else Status.blocked
+    if not status.ok and status is not Status.blocked:
+        return status
     if stages and all(s.status is Status.skipped for s in stages):
         return Status.skipped
     return Status.passed if stages else Status.blocked

@@ -29,12 +29,10 @@ from pathlib import Path
 
 from .. import atomic, junit, record_files
 from ..errors import OutputError, UsageError
-from ..models import SHARD_GROUP, SUITES, RootCause, RunRecord, StageResult, Status, TestResult, overall_status
+from ..models import (SEVERITY, SHARD_GROUP, SUITES, RootCause, RunRecord, StageResult, Status, TestResult,
+                      overall_status, worst_of)
 from .history import find_runs
 
-# Worst first: the stage a merge keeps when the shards disagree.
-_RANK = {Status.crashed: 6, Status.missing: 5, Status.timeout: 4, Status.failed: 3, Status.blocked: 2,
-         Status.passed: 1, Status.skipped: 0}
 
 
 def parse_shard(text: str, what: str = "--shard") -> tuple[int, int]:
@@ -137,7 +135,8 @@ def missing_message(k: int, n: int) -> str:
 
 
 def _worst(parts: dict[int, StageResult]) -> int:
-    return max(parts, key=lambda k: (_RANK.get(parts[k].status, 0), -k))
+    """The shard whose stage is the worst (the first such shard): the stage a merge keeps."""
+    return min(parts, key=lambda k: (SEVERITY.index(parts[k].status), k))
 
 
 def _timing(stage: StageResult, parts: dict[int, StageResult]) -> None:
@@ -188,7 +187,7 @@ def _suite_stage(name: str, parts: dict[int, StageResult], n: int, missing: list
         entries = [ran[k].data["suites"][suite] for k in sorted(ran) if suite in ran[k].data.get("suites", {})]
         results = [t for t in tests if t.suite == suite]
         counts = junit.count_by_outcome(results)
-        status = max((Status(e.get("status", "passed")) for e in entries), key=lambda s: _RANK.get(s, 0))
+        status = worst_of(Status(e.get("status", "passed")) for e in entries)
         if not results and status is Status.passed:
             status = Status.failed
             problems.append(f"suite {suite!r} reported no tests in any shard")

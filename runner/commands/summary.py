@@ -13,14 +13,10 @@ import os
 import re
 from pathlib import Path
 
-from ..models import RunRecord, Status
+from ..models import RunRecord, Status, worst_of
 from ..report import ICONS
 from .history import find_runs
 
-# Worst first: the status a set of runs is reported with.
-# A run that left no record (Status.missing) is as bad as a crash: nothing is known of it.
-SEVERITY = [Status.crashed, Status.missing, Status.timeout, Status.failed, Status.blocked, Status.passed,
-            Status.skipped]
 NO_RUNS = Status.missing.value
 
 
@@ -36,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def worst_status(records: list[RunRecord]) -> str:
     if not records:
         return NO_RUNS
-    return min((r.status for r in records), key=SEVERITY.index).value
+    return worst_of(r.status for r in records).value
 
 
 def artifact_name(text: str) -> str:
