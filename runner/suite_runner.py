@@ -226,9 +226,7 @@ class SuiteRunner:
         if not run.results and not run.problems and not empty_shard:
             run.problems.append(f"suite {run.name!r} reported no tests")
         if run.root_cause is None and bad:
-            worst = next(r for r in run.results if not r.outcome.ok)
-            run.root_cause = RootCause(kind="test", summary=f"{worst.outcome.value}: {worst.id}: {worst.message}"[:500],
-                                       culprit=worst.id)
+            run.root_cause = first_failing_test(run.results)
         if run.problems:
             run.summary += "; " + "; ".join(run.problems)
 
@@ -402,6 +400,15 @@ class SuiteRunner:
 # faulthandler's first line; pytest's progress dots may precede it on the same line.
 _FATAL = re.compile(r"(Fatal Python error: |Timeout \(\d+:\d\d:\d\d\)!)")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def first_failing_test(results: list[TestResult]) -> RootCause | None:
+    """The root cause of suites whose tests failed: the first test that did not pass."""
+    failing = next((t for t in results if not t.outcome.ok), None)
+    if failing is None:
+        return None
+    return RootCause(kind="test", summary=f"{failing.outcome.value}: {failing.id}: {failing.message}"[:500],
+                     culprit=failing.id)
 
 
 def fatal_excerpt(output: str, lines: int = 40) -> tuple[str, str | None]:

@@ -31,6 +31,7 @@ from .. import atomic, junit, record_files
 from ..errors import OutputError, UsageError
 from ..models import (SEVERITY, SHARD_GROUP, SUITES, RootCause, RunRecord, StageResult, Status, TestResult,
                       overall_status, worst_of)
+from ..suite_runner import first_failing_test
 from .history import find_runs
 
 
@@ -224,10 +225,7 @@ def _suite_stage(name: str, parts: dict[int, StageResult], n: int, missing: list
         elif problems:
             cause = RootCause(kind="error", summary=problems[0])
         else:
-            worst = next((t for t in stage_tests if not t.outcome.ok), None)
-            if worst is not None:
-                cause = RootCause(kind="test", summary=f"{worst.outcome.value}: {worst.id}: {worst.message}"[:500],
-                                  culprit=worst.id)
+            cause = first_failing_test(stage_tests)
     stage = StageResult(name=name, status=status, summary="; ".join(lines + problems),
                         counts=junit.count_by_outcome(stage_tests), root_cause=cause,
                         data={"suites": suites})
