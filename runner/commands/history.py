@@ -20,7 +20,6 @@ import base64
 import datetime as dt
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import tempfile
@@ -32,6 +31,7 @@ from pydantic import ValidationError
 from .. import __version__, record_files, registry
 from ..errors import OotciError, OutputError, UnknownBackendError, UsageError
 from ..manifest import Manifest
+from ..pipeline import new_run_id
 from ..models import BisectRecord, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
 
 PUSH_ATTEMPTS = 4
@@ -125,16 +125,23 @@ def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str
             if target.exists():
                 outcome["present"].append(record.run_id)
                 continue
-            # Copy beside, then rename: the history never holds half a run.
-            staging = Path(tempfile.mkdtemp(prefix=f".{record.run_id}.", dir=into))
-            try:
-                shutil.copytree(run_dir, staging, dirs_exist_ok=True)
-                staging.rename(target)
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
+            copy_in(run_dir, target)
             outcome["added"].append(record.run_id)
     return outcome
+
+
+def copy_in(source: Path, target: Path) -> None:
+    """`source` copied to `target` (replacing it) beside it first, then renamed into place:
+    the history never holds half a run or half a bisection."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        shutil.copytree(source, staging, dirs_exist_ok=True)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def merge_bisections(sources: list[Path], into: Path) -> dict[str, list[str]]:
@@ -164,15 +171,7 @@ def merge_bisections(sources: list[Path], into: Path) -> dict[str, list[str]]:
                 if held is not None and (held.state == "finished" or held.steps_taken() >= new.steps_taken()):
                     outcome["present"].append(new.bisect_id)
                     continue
-            staging = Path(tempfile.mkdtemp(prefix=f".{new.bisect_id}.", dir=into))
-            try:
-                shutil.copytree(path.parent, staging, dirs_exist_ok=True)
-                if target.exists():
-                    shutil.rmtree(target)
-                staging.rename(target)
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
+            copy_in(path.parent, target)
             outcome["updated" if held is not None else "added"].append(new.bisect_id)
     return outcome
 
@@ -245,7 +244,7 @@ def missing_record(manifest: Manifest, torch_spec: str, reason: str, *, trigger:
     stage = StageResult(name=MISSING_STAGE, status=Status.missing, started_at=now, summary=summary,
                         root_cause=RootCause(kind="missing", summary=summary, hint=hint))
     return RunRecord(
-        run_id=f"{manifest.name}-{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}", backend=manifest.name,
+        run_id=new_run_id(manifest.name, now), backend=manifest.name,
         device=manifest.device, trigger=trigger, pr=pr, torch=torch, ootci_version=__version__,
         started_at=now, finished_at=now, status=Status.missing, stages=[stage],
         command=reproduce_command(registry.reference(manifest), torch))
