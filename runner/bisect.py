@@ -16,6 +16,7 @@ import datetime as dt
 import re
 import secrets
 import shlex
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from . import atomic, bisect_candidates, bisect_search, record_files, sources, torch_index, torchspec
+from .envs import cache_root, digest
 from .errors import OotciError, TorchSpecError, UsageError
 from .manifest import Manifest
 from .models import (SUITES, BisectCandidate, BisectRecord, BisectResult, BisectRound, BisectStep, Predicate,
@@ -30,6 +32,7 @@ from .models import (SUITES, BisectCandidate, BisectRecord, BisectResult, Bisect
 from .pipeline import run_backend
 from .report import Reporter
 from .stages import STAGES, RunOptions
+from .torch_source import torch_repo
 
 BISECT_NAME = record_files.BISECT_NAME
 STEPS_DIR = "steps"
@@ -277,7 +280,7 @@ class Bisection:
     def end_setup(self, given: str) -> tuple[Manifest, str, str | None]:
         axis = self.o.axis or "torch"
         if axis == "backend":
-            return self.manifest_at(given), self.fixed_torch()[0], self.fixed_torch()[1]
+            return (self.manifest_at(given), *self.fixed_torch())
         return self.o.manifest, given, self.o.index_url
 
     def fixed_torch(self) -> tuple[str, str | None]:
@@ -350,13 +353,8 @@ class Bisection:
         """A local git repository of PyTorch: --torch-repo when it is a directory, else a blobless mirror."""
         if self.o.torch_repo and Path(self.o.torch_repo).is_dir():
             return Path(self.o.torch_repo)
-        from .envs import cache_root, digest
-        from .torch_source import torch_repo
-
         url = torch_repo(self.o.torch_repo)
         mirror = (self.o.cache or cache_root()) / "git" / f"history-{digest(url, length=10)}.git"
-        import subprocess
-
         argv = (["git", "-C", str(mirror), "fetch", "--quiet", "origin", "+refs/heads/*:refs/heads/*"]
                 if mirror.is_dir() else ["git", "clone", "--quiet", "--bare", "--filter=blob:none", url, str(mirror)])
         result = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
@@ -370,7 +368,7 @@ class Bisection:
         if m.source.kind != "git":
             raise UsageError(f"{m.path}: field 'source': the backend axis walks git history, so the manifest needs "
                              f"source.git (it has source.{m.source.kind})")
-        repo = sources.clone(m, self.o.cache or _cache(), log=self.dir / "git.log", timeout=m.timeouts.build)
+        repo = sources.clone(m, self.o.cache or cache_root(), log=self.dir / "git.log", timeout=m.timeouts.build)
         good_sha = bisect_candidates.resolve_commit(repo, _origin(repo, good_ref))
         walk = bisect_candidates.commits_between(repo, good_sha, _origin(repo, bad_ref), label=m.name,
                                                  subdir=m.source.subdir)
@@ -519,12 +517,6 @@ class Bisection:
         commit = round_.backend_commit
         manifest = self.manifest_at(commit) if commit and self.o.manifest.source.kind == "git" else self.o.manifest
         return lambda c: self.run(manifest, c.spec, round_.index_url, self.state.predicate)
-
-
-def _cache() -> Path:
-    from .envs import cache_root
-
-    return cache_root()
 
 
 def _origin(repo: Path, ref: str) -> str:

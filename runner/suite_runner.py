@@ -498,7 +498,7 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     only = ctx.options.only_tests
     if only is not None:
         specs = [s for s in specs if s.name in only]  # a command suite runs whole: it takes no ids
-    shard = getattr(ctx.options, "shard", None)
+    shard = ctx.options.shard
     elsewhere = []
     if shard and not shard.startswith("1/"):
         # A command suite writes its own JUnit and takes no selection: it runs whole, in shard 1.
