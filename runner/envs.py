@@ -39,6 +39,10 @@ LAYER_PACKAGES = [
 PTH_NAME = "_ootci_torch_layer.pth"
 
 
+READY_MARKER = ".ootci-ready"
+"""written last into a finished environment (JSON: how it was made); without it the environment is rebuilt"""
+
+
 def cache_root() -> Path:
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ootci"
     return Path(os.environ.get("OOTCI_CACHE", default))
@@ -69,7 +73,7 @@ class Env:
 
     @property
     def ready_marker(self) -> Path:
-        return self.root / ".ootci-ready"
+        return self.root / READY_MARKER
 
     def is_ready(self) -> bool:
         return self.ready_marker.is_file() and self.python.exists()
@@ -144,7 +148,10 @@ def _build_layer(env: Env, install_args: list[str], packages: list[str], *, log:
 def _pip_failure(what: str, result: procs.ProcResult) -> str:
     lines = [l for l in result.output_tail.splitlines() if l.strip()]
     errors = [l for l in lines if "ERROR" in l or "error:" in l]
-    detail = (errors or lines or ["no output"])[-1].strip()
+    # pip's last error line for a conflict only says ResolutionImpossible; the line that names
+    # a constraint (a machine-wide cap, or PIP_CONSTRAINT) is the cause a person can act on.
+    capped = [l for l in lines if "(constraint)" in l]
+    detail = (capped or errors or lines or ["no output"])[-1].strip()
     if result.timed_out:
         detail = f"timed out after {result.timeout_s:g} s"
     return f"pip could not {what}: {detail[:400]}"

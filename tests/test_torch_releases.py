@@ -11,6 +11,7 @@ a nightly served by a local package index.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from ootci.runner import torch_pin
+from ootci.runner import envs, torch_pin
 from ootci.runner.models import BisectRecord, RunRecord, Status, Verdict
 from ootci.runner.verify import ABI_HINT
 from tests.support import real_wheels
@@ -36,6 +37,32 @@ def stage_status(record: RunRecord) -> dict[str, Status]:
     return {s.name: s.status for s in record.stages}
 
 
+CUDA_LAYER_BYTES = 6_000_000_000
+"""room a CUDA release's torch layer takes (measured: 5.5 GB each for 2.14.0 and 2.15.0)"""
+
+
+def layer_cached(version: str) -> bool:
+    """True when ootci's cache already holds a finished torch layer installed as torch==version."""
+    for marker in (envs.cache_root() / "torch").glob(f"*/{envs.READY_MARKER}"):
+        try:
+            if f"torch=={version}" in json.loads(marker.read_text()).get("install_args", []):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def need_room_for(*versions: str) -> None:
+    """Skip, naming what is missing, when installing these releases' layers would fill the disk."""
+    to_install = [v for v in versions if v != real_wheels.RELEASE and not layer_cached(v)]
+    cache = envs.cache_root()
+    cache.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(cache).free
+    if to_install and free < CUDA_LAYER_BYTES * len(to_install):
+        pytest.skip(f"torch {', '.join(to_install)}: a CUDA build's layer takes ~5.5 GB and only "
+                    f"{free / 1e9:.1f} GB are free under {cache}")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, RunRecord]:
     """`ootci run openreg --torch V`, smoke and integration, once per release (lazily)."""
@@ -43,6 +70,7 @@ def runs(tmp_path_factory) -> dict[str, RunRecord]:
 
     def get(version: str) -> RunRecord:
         if version not in cache:
+            need_room_for(version)
             out = tmp_path_factory.mktemp(f"openreg-{version}")
             result = ootci("run", "openreg", "--torch", version, "--out", str(out), timeout=3000)
             record = only_record(out)
@@ -51,6 +79,20 @@ def runs(tmp_path_factory) -> dict[str, RunRecord]:
         return cache[version]
 
     return get
+
+
+def test_a_machine_wide_pip_cap_on_torch_is_named_as_the_root_cause(tmp_path):
+    """Some machines cap torch for every pip install (a global constraints file). The torch stage
+    then fails, and its root cause is the line naming the cap, not pip's bare ResolutionImpossible."""
+    cap = tmp_path / "constraints.txt"
+    cap.write_text("torch<=2.12.0\n")
+    out = tmp_path / "out"
+    result = ootci("run", "openreg", "--torch", "2.13.0", "--suites", "none", "--out", str(out),
+                   env={"PIP_CONSTRAINT": str(cap), "OOTCI_CACHE": str(tmp_path / "cache")}, timeout=600)
+    record = only_record(out)
+    assert result.returncode != 0 and record.stage("torch").status is Status.failed
+    cause = record.stage("torch").root_cause.summary
+    assert "(constraint) torch<=2.12.0" in cause, cause
 
 
 @pytest.mark.parametrize("version", RELEASES)
@@ -224,6 +266,7 @@ def test_bisecting_a_2_13_build_over_three_releases_names_2_14_and_the_undefined
     """A real ABI break between two real releases: torch 2.14 no longer exports the two-argument
     at::toDLPackNonOwning. A prebuilt OpenReg wheel compiled against 2.13.0 is bisected over the three
     releases: the first bad torch is 2.14.0, and the cause is the symbol."""
+    need_room_for(*RELEASES)
     built = tmp_path / "built"
     ootci("run", str(openreg_copy(tmp_path, with_dlpack_info)), "--torch", "2.13.0", "--suites", "none",
           "--out", str(built), timeout=1800)
