@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import Required, TypedDict
 
-from ..runner import record_files
+from ..runner import packed_tests, record_files
 from ..runner.models import BisectRecord, Outcome, RunRecord
 
 RECORD_NAME = record_files.RECORD_NAME
@@ -193,7 +193,17 @@ def load_tests(record_path: Path, record: RunRecord) -> list[TestRow]:
     """The run's tests as dicts, from tests.json or inline; BadRecord names the file and field."""
     source = record_files.tests_path(record_path, record)
     if source is None:
+        if record.tests_pruned_at is not None:
+            raise BadRecord(f"{record_path.parent}: test list removed by `ootci history prune` on "
+                            f"{record.tests_pruned_at:%Y-%m-%d} (the counts above are the run's)")
         return _inline_rows(record)
+    if source.name == packed_tests.RESULTS_NAME:
+        try:
+            return record_files.packed_rows(record_path, record)  # type: ignore[return-value]
+        except OSError as exc:
+            raise BadRecord(f"{exc.filename or source}: cannot read: {exc.strerror}") from None
+        except packed_tests.PackError as exc:
+            raise BadRecord(f"{source}: {exc}") from None
     try:
         doc = _TESTS.validate_json(source.read_bytes())
     except OSError as exc:
@@ -247,7 +257,9 @@ def _zip_ops(ops: dict) -> bytes:
 
 def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | None = None) -> RunSummary:
     run_digest: Digest | None = None  # tests.json is read later, if a page needs it
-    if record.tests_file is None:
+    if record.tests_pruned_at is not None:
+        run_digest = NO_TESTS  # nothing to read later: the header is all there is
+    elif record.tests_file is None:
         # Inline tests (records from before tests.json) or none at all: everything is at
         # hand, and the header record.json would have had is worked out from them.
         run_digest = digest(_inline_rows(record), seen_testsets)

@@ -9,6 +9,7 @@ only after the swap, so a failed build leaves both the old site and the old inde
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..runner import models
+from ..runner import history_store, models
 
 from . import analysis, records, render
 from .records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
@@ -545,6 +546,7 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
         logs[stage.name] = target.rsplit("/", 1)[1]
     ordered, counts = render.sorted_tests(tests)
     text = render.page("run.html.j2", root="../../", r=record, logs=logs, missing_logs=problems,
+                       artifacts=artifacts_link(record),
                        total=len(tests), unreadable=unreadable, counts=counts, rows=render.test_rows(ordered),
                        backend_href="../../" + backend_href,
                        reproduce=record.reproduce(),
@@ -552,12 +554,24 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
     page = f"{base}.html"
     _replace(root / page)
     (root / page).write_text(text, encoding="utf-8")
+    if record.tests_pruned_at is not None:
+        return None, [page] + files, records.NO_TESTS  # pruned on purpose: nothing to warn about
     if unreadable:
         # Remembered as a run without tests, so later pages do not try (and warn) again.
         return f"run page without tests: {unreadable}", [page] + files, records.NO_TESTS
     if in_worker:
         return None, [page] + files, records.digest_in_worker(tests, record.test_ids_hash, with_ops)
     return None, [page] + files, records.digest(tests, with_ops=with_ops)
+
+
+def artifacts_link(record: models.RunRecord, now: dt.datetime | None = None) -> dict | None:
+    """Where the logs the history does not keep are: the CI run's artifacts, until they expire."""
+    if not record.ci_run_url:
+        return None
+    started = record.started_at if record.started_at.tzinfo else record.started_at.replace(tzinfo=dt.timezone.utc)
+    until = started + dt.timedelta(days=history_store.ARTIFACT_RETENTION_DAYS)
+    return {"url": record.ci_run_url, "until": f"{until:%Y-%m-%d}",
+            "expired": (now or dt.datetime.now(dt.timezone.utc)) >= until}
 
 
 def write_run_page_in_worker(*args) -> tuple[str | None, list[str], Digest | None]:

@@ -178,6 +178,13 @@ class RunRecord(_Model):
     shard_group: str | None = Field(default=None, pattern=f"^{SHARD_GROUP}$",
                                     description="the id shared by the shards of one run (`--shard-group`); "
                                                 "a merged record keeps it")
+    ci_run_url: str | None = Field(
+        default=None, pattern=r"^https?://[^\s\"'<>]+$",
+        description="the CI run that made this record (a GitHub Actions run page): its logs and JUnit "
+                    "files are kept there as artifacts, not in the history")
+    tests_pruned_at: dt.datetime | None = Field(
+        default=None, description="when `ootci history prune` removed this run's test list "
+                                  "(its counts and notable tests stay in the header)")
 
     def stage(self, name: str) -> StageResult | None:
         return next((s for s in self.stages if s.name == name), None)

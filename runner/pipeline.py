@@ -19,7 +19,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from . import __version__, procs, record_files, registry
 from .envs import cache_root
@@ -56,6 +56,14 @@ def now() -> dt.datetime:
 
 def new_run_id(backend: str, started: dt.datetime) -> str:
     return f"{backend}-{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+def ci_run_url(env: Mapping[str, str] = os.environ) -> str | None:
+    """The GitHub Actions run this process belongs to (where its artifacts are), or None outside one."""
+    server, repository, run = (env.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    if not (server and repository and run and run.isdigit()):
+        return None
+    return f"{server}/{repository}/actions/runs/{run}"
 
 
 def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | None:
@@ -124,6 +132,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
         ootci_version=__version__, started_at=started,
         command=reproduce_command(ref, torch, options.suites, options.shard),
         shard=options.shard, shard_group=options.shard_group if options.shard else None,
+        ci_run_url=ci_run_url(),
     )
     writer = RecordWriter(run_dir)
     writer.write(record)

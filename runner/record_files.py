@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from . import atomic
+from . import atomic, packed_tests
 from .models import SCHEMA_VERSION, Outcome, RunRecord, TestResult
 
 RECORD_NAME = "record.json"
@@ -68,13 +68,18 @@ def write(run_dir: Path, record: RunRecord) -> Path:
     In that order a reader that finds a record.json also finds the tests it counts.
     """
     if record.tests:
-        # Fields at their default are left out: most tests have no message, log tail or retry.
-        tests = _TEST_LIST.dump_json(record.tests, exclude_defaults=True).decode()
-        head = json.dumps({"schema_version": SCHEMA_VERSION, "run_id": record.run_id})
-        atomic.write_text(run_dir / TESTS_NAME, f'{head[:-1]}, "tests": {tests}}}\n')
+        write_tests(run_dir, record)
     path = run_dir / RECORD_NAME
     atomic.write_text(path, header(record).model_dump_json(indent=2) + "\n")
     return path
+
+
+def write_tests(run_dir: Path, record: RunRecord) -> None:
+    """The record's tests as tests.json in run_dir, atomically."""
+    # Fields at their default are left out: most tests have no message, log tail or retry.
+    tests = _TEST_LIST.dump_json(record.tests, exclude_defaults=True).decode()
+    head = json.dumps({"schema_version": SCHEMA_VERSION, "run_id": record.run_id})
+    atomic.write_text(run_dir / TESTS_NAME, f'{head[:-1]}, "tests": {tests}}}\n')
 
 
 def tests_path(record_path: Path, record: RunRecord) -> Path | None:
@@ -83,12 +88,27 @@ def tests_path(record_path: Path, record: RunRecord) -> Path | None:
 
 
 def read(record_path: Path, *, with_tests: bool = True) -> RunRecord:
-    """The record at record_path, its tests loaded from tests.json unless with_tests is False.
+    """The record at record_path, its tests loaded from tests.json (or the history's packed
+    results, see packed_tests) unless with_tests is False.
 
-    Raises OSError, or pydantic's ValidationError (a ValueError) for bad JSON or fields.
+    Raises OSError, or a ValueError: pydantic's ValidationError for bad JSON or fields,
+    packed_tests.PackError for packed results that do not decode.
     """
     record = RunRecord.model_validate_json(record_path.read_bytes())
     source = tests_path(record_path, record)
     if with_tests and source is not None:
-        record.tests = TestsFile.model_validate_json(source.read_bytes()).tests
+        if source.name == packed_tests.RESULTS_NAME:
+            record.tests = _TEST_LIST.validate_python(packed_rows(record_path, record))
+        else:
+            record.tests = TestsFile.model_validate_json(source.read_bytes()).tests
     return record
+
+
+def packed_rows(record_path: Path, record: RunRecord) -> list[dict]:
+    """The tests of a record kept in the history's packed form, as dicts (see packed_tests)."""
+    results = packed_tests.loads((record_path.parent / packed_tests.RESULTS_NAME).read_bytes())
+    if not isinstance(results, dict) or results.get("run_id") != record.run_id:
+        raise packed_tests.PackError(f"{packed_tests.RESULTS_NAME} does not belong to run {record.run_id}")
+    testset = str(results.get("testset"))
+    rows = packed_tests.loads(packed_tests.testset_path(record_path.parent, testset).read_bytes())
+    return packed_tests.unpack_rows(rows, results)

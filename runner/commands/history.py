@@ -28,10 +28,10 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from .. import __version__, record_files, registry
+from .. import __version__, history_store, record_files, registry
 from ..errors import OotciError, OutputError, UnknownBackendError, UsageError
 from ..manifest import Manifest
-from ..pipeline import new_run_id
+from ..pipeline import ci_run_url, new_run_id
 from ..models import BisectRecord, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
 
 PUSH_ATTEMPTS = 4
@@ -68,6 +68,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--pr", type=int, metavar="N", help="PyTorch PR number, for --trigger pr")
     f.set_defaults(func=cmd_fill_missing)
 
+    pr = hsub.add_parser("prune", help="apply the retention policy: headers stay, old test lists go")
+    pr.add_argument("runs", type=Path, metavar="DIR", help="the history's runs directory (e.g. history/runs)")
+    pr.add_argument("--keep-results-days", type=int, default=history_store.RESULTS_RETENTION_DAYS, metavar="N",
+                    help="keep the test lists of runs started in the last N days "
+                         f"(default {history_store.RESULTS_RETENTION_DAYS})")
+    pr.add_argument("--now", metavar="ISO", help=argparse.SUPPRESS)  # tests: the moment retention counts from
+    pr.set_defaults(func=cmd_prune)
+
     pl = hsub.add_parser("pull", help="clone the data branch, or start an empty history if it does not exist yet")
     pl.add_argument("checkout", type=Path, help="directory to clone into (must not exist or be empty)")
     pl.add_argument("--branch", default="ootci-data", help="branch to clone (default ootci-data)")
@@ -102,7 +110,8 @@ def find_runs(source: Path) -> list[tuple[Path, RunRecord | None]]:
 
 
 def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str, list[str]]:
-    """Copy new run directories into `into`; returns run ids by what happened to them."""
+    """Add new run directories to the history `into` (see history_store: the header and packed
+    tests, no logs); returns run ids by what happened to them."""
     outcome: dict[str, list[str]] = {"added": [], "present": [], "rejected": [], "shards": []}
     into.mkdir(parents=True, exist_ok=True)
     for source in sources:
@@ -125,7 +134,12 @@ def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str
             if target.exists():
                 outcome["present"].append(record.run_id)
                 continue
-            copy_in(run_dir, target)
+            try:
+                history_store.add_run(run_dir, target)
+            except (OSError, ValueError) as exc:
+                # Its tests.json does not load: the run cannot be kept as the history keeps runs.
+                outcome["rejected"].append(f"{run_dir} ({str(exc).splitlines()[0][:200]})")
+                continue
             outcome["added"].append(record.run_id)
     return outcome
 
@@ -181,7 +195,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
         raise OutputError(f"--into: {args.into} exists and is not a directory")
     outcome = merge(args.sources, args.into, missing_ok=args.missing_ok)
     for run_dir in outcome["rejected"]:
-        print(f"ootci: history: skipped {run_dir}: record.json does not load or names another run")
+        print(f"ootci: history: skipped {run_dir}: record.json does not load, names another run, "
+              "or its tests do not load")
     print(f"ootci: history {args.into}: {len(outcome['added'])} added, "
           f"{len(outcome['present'])} already present, {len(outcome['rejected'])} skipped")
     if outcome["shards"]:
@@ -193,6 +208,21 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if any(bisections.values()):
         print(f"ootci: history {args.into}: bisections: {len(bisections['added'])} added, "
               f"{len(bisections['updated'])} updated, {len(bisections['present'])} already present")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    if not args.runs.is_dir():
+        raise UsageError(f"history prune: {args.runs} is not a directory")
+    if args.keep_results_days < 1:
+        raise UsageError(f"--keep-results-days: must be at least 1, not {args.keep_results_days}")
+    now = dt.datetime.fromisoformat(args.now) if args.now else dt.datetime.now(dt.timezone.utc)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=dt.timezone.utc)
+    pruned = history_store.prune(args.runs, keep_results_days=args.keep_results_days, now=now)
+    print(f"ootci: history {args.runs}: test lists of {len(pruned.results)} run(s) older than "
+          f"{args.keep_results_days} days removed, {len(pruned.testsets)} unused test set(s), "
+          f"{pruned.leftovers} log or JUnit file(s) of an older layout; {pruned.bytes / 1e6:.1f} MB freed")
     return 0
 
 
@@ -229,16 +259,11 @@ def read_matrix(text: str) -> tuple[str, list[dict]]:
     return where, entries
 
 
-def _workflow_run_url() -> str | None:
-    server, repository, run = (os.environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
-    return f"{server}/{repository}/actions/runs/{run}" if server and repository and run else None
-
-
 def missing_record(manifest: Manifest, torch_spec: str, reason: str, *, trigger: str, pr: int | None,
                    now: dt.datetime) -> RunRecord:
     """The record of a run that left none: status missing, one stage saying why."""
     summary = f"no record from the backend job: {reason}"
-    url = _workflow_run_url()
+    url = ci_run_url()
     hint = f"see the backend job in {url}" if url else "see the backend job's log in the workflow run"
     torch = TorchInfo(spec=torch_spec)
     stage = StageResult(name=MISSING_STAGE, status=Status.missing, started_at=now, summary=summary,
@@ -246,7 +271,7 @@ def missing_record(manifest: Manifest, torch_spec: str, reason: str, *, trigger:
     return RunRecord(
         run_id=new_run_id(manifest.name, now), backend=manifest.name,
         device=manifest.device, trigger=trigger, pr=pr, torch=torch, ootci_version=__version__,
-        started_at=now, finished_at=now, status=Status.missing, stages=[stage],
+        started_at=now, finished_at=now, status=Status.missing, stages=[stage], ci_run_url=url,
         command=reproduce_command(registry.reference(manifest), torch))
 
 

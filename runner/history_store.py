@@ -1,0 +1,148 @@
+"""The run history on the data branch: what is kept of a run, for how long, and where.
+
+`ootci run` leaves a run directory: record.json, tests.json, logs and JUnit files. The
+history keeps less of it, so that a year of a hundred backends fits a git branch:
+
+- `<run_id>/record.json`: the run's header (counts, notable tests, stages, root causes),
+  kept forever;
+- `<run_id>/results.json.gz`: its tests packed against a shared test set
+  (`.testsets/<fingerprint>.json.gz`, see packed_tests), kept for the results retention
+  (`ootci history prune`);
+- logs and JUnit files are not kept: they stay in the workflow run's artifacts, which the
+  header links to (`ci_run_url`) and GitHub expires after the artifact retention.
+
+Runs enter with `add_run`, which stages the directory beside its place and renames it in,
+so the history never holds half a run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import atomic, packed_tests, record_files
+from .models import RunRecord
+
+RESULTS_RETENTION_DAYS = 400
+"""days a run's test list stays in the history (`ootci history prune`): a year and a release cycle"""
+ARTIFACT_RETENTION_DAYS = 30
+"""days GitHub keeps a run's artifact (actions/publish-results' retention-days): its logs and JUnit files"""
+
+
+def add_run(run_dir: Path, target: Path) -> None:
+    """The run in run_dir, in the history's form, at target (replacing whatever is there)."""
+    record = record_files.read(run_dir / record_files.RECORD_NAME)
+    header = record_files.header(record)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        if record.tests:
+            header.tests_file = _store_tests(record, header, staging, target)
+        atomic.write_text(staging / record_files.RECORD_NAME, header.model_dump_json(indent=2) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _store_tests(record: RunRecord, header: RunRecord, staging: Path, target: Path) -> str:
+    """Write the run's tests into staging; returns the file name the header points to."""
+    try:
+        rows = packed_tests.testset_rows(record.tests)
+        shared = packed_tests.testset_path(target, header.test_ids_hash or "")
+        if not _same_set(shared, rows):
+            shared.parent.mkdir(exist_ok=True)
+            atomic.write_bytes(shared, packed_tests.dumps(rows))
+        results = packed_tests.pack(record.run_id, header.test_ids_hash or "", rows, record.tests)
+    except packed_tests.PackError:
+        # Ids that occur twice, or a set whose suites or ops differ from the stored set of the
+        # same ids: such a run keeps its whole test list, as the runner wrote it.
+        record_files.write_tests(staging, record)
+        return record_files.TESTS_NAME
+    (staging / packed_tests.RESULTS_NAME).write_bytes(packed_tests.dumps(results))
+    return packed_tests.RESULTS_NAME
+
+
+def _same_set(path: Path, rows: list[list]) -> bool:
+    """True when path holds exactly these rows; PackError when it holds others under the same name."""
+    try:
+        held = packed_tests.loads(path.read_bytes())
+    except FileNotFoundError:
+        return False
+    except packed_tests.PackError:
+        return False  # a damaged set is written again
+    if held != rows:
+        raise packed_tests.PackError(f"{path} holds another test set under the same fingerprint")
+    return True
+
+
+# -- retention ------------------------------------------------------------------------
+
+@dataclass
+class Pruned:
+    """What `prune` removed."""
+
+    results: list[str] = field(default_factory=list)  # run ids whose test lists went
+    testsets: list[str] = field(default_factory=list)  # fingerprints no run refers to any more
+    leftovers: int = 0  # files of older layouts (logs, JUnit, raw retries) removed
+    bytes: int = 0
+
+
+def prune(runs: Path, *, keep_results_days: int, now: dt.datetime) -> Pruned:
+    """Apply the retention policy to the history in `runs`.
+
+    Headers stay forever. The test lists of runs that started more than keep_results_days
+    before `now` go (the header keeps the counts and notable tests, and says when its list
+    went); so do test sets no remaining list uses, and any logs, JUnit or retry files an
+    older history kept in run directories.
+    """
+    pruned = Pruned()
+    cutoff = now - dt.timedelta(days=keep_results_days)
+    in_use: set[str] = set()
+    for record_path in sorted(runs.glob(f"*/{record_files.RECORD_NAME}")):
+        run_dir = record_path.parent
+        try:
+            record = record_files.read(record_path, with_tests=False)
+        except (OSError, ValueError):
+            continue  # not ours to judge: `ootci dashboard build` names what is wrong with it
+        for extra in sorted(run_dir.iterdir()):
+            if extra.name not in (record_files.RECORD_NAME, packed_tests.RESULTS_NAME, record_files.TESTS_NAME):
+                pruned.bytes += _remove(extra)
+                pruned.leftovers += 1
+        if record.tests_file is None:
+            continue
+        if _aware(record.started_at) >= cutoff:
+            if record.test_ids_hash and record.tests_file == packed_tests.RESULTS_NAME:
+                in_use.add(record.test_ids_hash)
+            continue
+        pruned.bytes += _remove(run_dir / record.tests_file)
+        record.tests_file, record.tests_pruned_at = None, now
+        atomic.write_text(record_path, record.model_dump_json(indent=2) + "\n")
+        pruned.results.append(record.run_id)
+    for held in sorted((runs / packed_tests.TESTSETS_DIR).glob("*.json.gz")):
+        if held.name.removesuffix(".json.gz") not in in_use:
+            pruned.bytes += _remove(held)
+            pruned.testsets.append(held.name.removesuffix(".json.gz"))
+    return pruned
+
+
+def _aware(moment: dt.datetime) -> dt.datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
+
+
+def _remove(path: Path) -> int:
+    if path.is_dir() and not path.is_symlink():
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        shutil.rmtree(path)
+        return size
+    try:
+        size = path.lstat().st_size
+        os.unlink(path)
+        return size
+    except FileNotFoundError:
+        return 0

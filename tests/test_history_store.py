@@ -1,0 +1,169 @@
+"""The history's compact store: headers forever, tests packed against shared test sets, no logs,
+and `ootci history prune` applying the retention policy. Through the real commands and the
+dashboard build that reads the result."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from ootci.dashboard import site
+from ootci.runner import packed_tests, record_files
+from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
+from ootci.runner.models import TestResult as Result
+from tests.support.cli import ootci
+
+STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
+RUN_URL = "https://github.com/ootci/ootci/actions/runs/123456"
+
+
+def results_of(night: int) -> list[Result]:
+    """One test per outcome and a few hundred passes, with the details a real run has."""
+    tests = [Result(id=f"integration::test_ops.py::test_add_openreg_float{i}", suite="integration",
+                        outcome=Outcome.passed, duration_s=0.001 * (i + night), op="add", dtype=f"float{i}")
+             for i in range(300)]
+    for i, outcome in enumerate(Outcome):
+        tests.append(Result(id=f"smoke::test_{outcome.value}", suite="smoke", outcome=outcome,
+                                duration_s=1.25, message=f"{outcome.value} because {night}" if i % 2 else "",
+                                log_tail="last lines\n" if outcome is Outcome.failed else "",
+                                attempts=3 if outcome is Outcome.flaky else 1))
+    return tests
+
+
+def write_run(out: Path, run_id: str, night: int = 0, *, started: dt.datetime = STARTED,
+              tests: list[Result] | None = None, ci_run_url: str | None = RUN_URL) -> Path:
+    """A run directory as `ootci run` leaves it: record.json, tests.json, a log and a JUnit file."""
+    run_dir = out / run_id
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "integration.log").write_text("integration output\n" * 1000)
+    (run_dir / "junit").mkdir()
+    (run_dir / "junit" / "integration.xml").write_text("<testsuite/>\n")
+    record = RunRecord(run_id=run_id, backend="openreg", device="openreg", torch=TorchInfo(spec="2.13.0"),
+                       started_at=started + dt.timedelta(days=night), finished_at=started + dt.timedelta(days=night),
+                       status=Status.failed, ci_run_url=ci_run_url,
+                       stages=[StageResult(name="integration", status=Status.failed, log="logs/integration.log")],
+                       tests=results_of(night) if tests is None else tests)
+    record_files.write(run_dir, record)
+    return run_dir
+
+
+def merge(artifacts: Path, history: Path) -> str:
+    result = ootci("history", "merge", str(artifacts), "--into", str(history))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_a_run_in_the_history_reads_back_with_every_test_but_without_its_logs(tmp_path):
+    original = record_files.read(write_run(tmp_path / "artifacts", "openreg-1") / "record.json")
+    history = tmp_path / "history" / "runs"
+    assert "1 added" in merge(tmp_path / "artifacts", history)
+
+    assert sorted(p.name for p in (history / "openreg-1").iterdir()) == ["record.json", "results.json.gz"]
+    kept = record_files.read(history / "openreg-1" / "record.json")
+    assert kept.tests_file == packed_tests.RESULTS_NAME
+    assert kept.ci_run_url == RUN_URL
+    assert kept.test_counts == original.test_counts and kept.notable_tests == original.notable_tests
+    by_id = {t.id: t for t in kept.tests}
+    assert len(by_id) == len(original.tests)
+    for test in original.tests:  # durations are kept to the millisecond
+        assert by_id[test.id].model_copy(update={"duration_s": test.duration_s}) == test
+        assert abs(by_id[test.id].duration_s - test.duration_s) < 0.0005
+
+
+def test_runs_of_the_same_tests_share_one_test_set_and_add_a_few_kilobytes_each(tmp_path):
+    artifacts, history = tmp_path / "artifacts", tmp_path / "history" / "runs"
+    for night in range(5):
+        write_run(artifacts, f"openreg-{night}", night)
+    merge(artifacts, history)
+
+    (shared,) = (history / packed_tests.TESTSETS_DIR).iterdir()
+    assert shared.name == f"{record_files.read(history / 'openreg-0' / 'record.json').test_ids_hash}.json.gz"
+    runner_bytes = sum((artifacts / f"openreg-{n}" / "tests.json").stat().st_size for n in range(5))
+    stored = sum((history / f"openreg-{n}" / packed_tests.RESULTS_NAME).stat().st_size for n in range(5))
+    assert stored * 10 < runner_bytes, (stored, runner_bytes)
+    # Packing is deterministic: the same tests give the same bytes (git stores them once).
+    again = tmp_path / "again"
+    merge(artifacts, again)
+    assert (again / "openreg-3" / packed_tests.RESULTS_NAME).read_bytes() == \
+        (history / "openreg-3" / packed_tests.RESULTS_NAME).read_bytes()
+
+
+def test_a_run_whose_ids_repeat_keeps_its_whole_test_list(tmp_path):
+    twice = [Result(id="smoke::test_x", suite="smoke", outcome=Outcome.passed),
+             Result(id="smoke::test_x", suite="smoke", outcome=Outcome.failed, message="second")]
+    write_run(tmp_path / "artifacts", "openreg-1", tests=twice)
+    history = tmp_path / "runs"
+    merge(tmp_path / "artifacts", history)
+    kept = record_files.read(history / "openreg-1" / "record.json")
+    assert kept.tests_file == record_files.TESTS_NAME
+    assert [t.outcome for t in kept.tests] == [Outcome.passed, Outcome.failed]
+
+
+def test_a_packed_record_cannot_point_its_test_set_outside_the_history(tmp_path):
+    history = tmp_path / "runs"
+    write_run(tmp_path / "artifacts", "openreg-1")
+    merge(tmp_path / "artifacts", history)
+    results = history / "openreg-1" / packed_tests.RESULTS_NAME
+    document = json.loads(gzip.decompress(results.read_bytes()))
+    document["testset"] = "../../../etc/passwd"
+    results.write_bytes(packed_tests.dumps(document))
+    with pytest.raises(packed_tests.PackError, match="not a hex digest"):
+        record_files.read(history / "openreg-1" / "record.json")
+
+
+def test_prune_keeps_headers_drops_old_test_lists_and_unused_sets_and_the_dashboard_says_so(tmp_path):
+    artifacts, history = tmp_path / "artifacts", tmp_path / "runs"
+    old_tests = [Result(id=f"smoke::old_{i}", suite="smoke", outcome=Outcome.passed) for i in range(20)]
+    write_run(artifacts, "openreg-old", 0, tests=old_tests)  # its set is used by no newer run
+    for night in (1, 30, 31):
+        write_run(artifacts, f"openreg-{night}", night)
+    merge(artifacts, history)
+    (history / "openreg-31" / "logs").mkdir()  # an older layout kept logs in the branch
+    (history / "openreg-31" / "logs" / "build.log").write_text("old layout\n")
+    headers = {p.parent.name: RunRecord.model_validate_json(p.read_bytes()) for p in history.glob("*/record.json")}
+
+    now = STARTED + dt.timedelta(days=31, hours=1)
+    result = ootci("history", "prune", str(history), "--keep-results-days", "10", "--now", now.isoformat())
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "test lists of 2 run(s) older than 10 days removed, 1 unused test set(s), 1 log or JUnit" in result.stdout
+    for run_id in ("openreg-old", "openreg-1"):
+        pruned = record_files.read(history / run_id / "record.json")
+        assert not (history / run_id / packed_tests.RESULTS_NAME).exists()
+        assert pruned.tests == [] and pruned.tests_file is None and pruned.tests_pruned_at == now
+        assert pruned.test_counts == headers[run_id].test_counts  # the header keeps the counts
+        assert pruned.notable_tests == headers[run_id].notable_tests
+    assert len(record_files.read(history / "openreg-30" / "record.json").tests) == len(results_of(30))
+    assert not (history / "openreg-31" / "logs").exists()
+    assert [p.name for p in (history / packed_tests.TESTSETS_DIR).iterdir()] == \
+        [f"{headers['openreg-30'].test_ids_hash}.json.gz"]
+
+    out = tmp_path / "site"
+    build = ootci("dashboard", "build", "--data", str(history), "--out", str(out), "--run-pages", "10")
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert "without tests" not in build.stdout + build.stderr  # pruned on purpose: no warning
+    pages = {p.name: p.read_text() for p in out.glob("runs/*/*.html")}
+    pruned_page = next(text for name, text in pages.items() if "openreg-1." in name or "openreg-1" in text)
+    assert "removed from the history on" in pruned_page
+    assert any("test_add_openreg_float7" in text for text in pages.values())  # packed tests are listed
+
+
+def test_run_pages_link_the_logs_the_history_does_not_keep_until_the_artifacts_expire():
+    record = RunRecord(run_id="r", backend="openreg", device="openreg", torch=TorchInfo(spec="2.13.0"),
+                       started_at=STARTED, ci_run_url=RUN_URL)
+    fresh = site.artifacts_link(record, now=STARTED + dt.timedelta(days=29))
+    assert fresh == {"url": RUN_URL, "until": "2026-12-21", "expired": False}
+    assert site.artifacts_link(record, now=STARTED + dt.timedelta(days=30))["expired"] is True
+    assert site.artifacts_link(record.model_copy(update={"ci_run_url": None})) is None
+    with pytest.raises(ValueError):
+        RunRecord.model_validate({**record.model_dump(mode="json"), "ci_run_url": "javascript:alert(1)"})
+
+
+def test_prune_refuses_a_retention_of_zero_days_in_one_line(tmp_path):
+    result = ootci("history", "prune", str(tmp_path), "--keep-results-days", "0")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["ootci: --keep-results-days: must be at least 1, not 0"]
