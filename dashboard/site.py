@@ -31,7 +31,7 @@ from .store import Index, Run, safe_name
 
 STAMP = ".ootci-build.json"
 # Two weeks of nights: 100 backends' pages stay well under GitHub Pages' 1 GB (docs/dashboard.md).
-DEFAULT_RUN_PAGES = 14
+DEFAULT_RUN_PAGES = history_store.PAGED_RUNS  # what a nightly's `ootci history pull` fetches
 PARALLEL_FROM = 64  # records; fewer are parsed in-process
 
 

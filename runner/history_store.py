@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -81,6 +82,35 @@ def _same_set(path: Path, rows: list[list]) -> bool:
     return True
 
 
+# -- what a nightly fetches ---------------------------------------------------------------
+
+PAGED_RUNS = 14
+"""runs per backend whose whole directory a nightly fetches: the ones the dashboard gives a page"""
+# <backend>-<UTC start>-<random hex>, as runner.pipeline.new_run_id names runs
+_RUN_DIR = re.compile(r"^(?P<backend>.+)-(?P<stamp>\d{8}T\d{6}Z)-[0-9a-f]+$")
+
+
+def latest_runs(names: list[str], per_backend: int) -> list[str]:
+    """The newest per_backend run directory names of each backend, told by name alone (no file read)."""
+    by_backend: dict[str, list[tuple[str, str]]] = {}
+    for name in names:
+        parsed = _RUN_DIR.match(name)
+        if parsed:
+            by_backend.setdefault(parsed["backend"], []).append((parsed["stamp"], name))
+    kept = []
+    for runs in by_backend.values():
+        kept += [name for _, name in sorted(runs, reverse=True)[:per_backend]]
+    return sorted(kept)
+
+
+def sparse_patterns(runs_dir: str, fetched: list[str]) -> list[str]:
+    """git sparse-checkout patterns (non-cone) for a history: every header and bisection, the
+    test sets, and the whole directories of the `fetched` runs."""
+    base = "/" + runs_dir.strip("/")
+    return [f"{base}/*/{record_files.RECORD_NAME}", f"{base}/*/{record_files.BISECT_NAME}",
+            f"{base}/{packed_tests.TESTSETS_DIR}/", *(f"{base}/{name}/" for name in fetched)]
+
+
 # -- retention ------------------------------------------------------------------------
 
 @dataclass
@@ -119,6 +149,9 @@ def prune(runs: Path, *, keep_results_days: int, now: dt.datetime) -> Pruned:
         if _aware(record.started_at) >= cutoff:
             if record.test_ids_hash and record.tests_file == packed_tests.RESULTS_NAME:
                 in_use.add(record.test_ids_hash)
+            continue
+        if not (run_dir / record.tests_file).is_file():
+            # Not checked out (a partial pull): the header must go on naming the list it has.
             continue
         pruned.bytes += _remove(run_dir / record.tests_file)
         record.tests_file, record.tests_pruned_at = None, now

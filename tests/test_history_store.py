@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,49 @@ def test_prune_refuses_a_retention_of_zero_days_in_one_line(tmp_path):
     result = ootci("history", "prune", str(tmp_path), "--keep-results-days", "0")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["ootci: --keep-results-days: must be at least 1, not 0"]
+
+
+def test_a_partial_pull_fetches_every_header_but_only_the_newest_runs_and_pushes_without_losing_any(tmp_path):
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    remote = f"file://{bare}"  # a plain path would be copied whole: git filters only over a transport
+    # The server side of a partial clone: it must be willing to filter blobs (GitHub is).
+    subprocess.run(["git", "-C", str(bare), "config", "uploadpack.allowFilter", "true"], check=True)
+    artifacts, seed = tmp_path / "artifacts", tmp_path / "seed"
+    names = []
+    for backend in ("openreg", "vendor-x"):
+        for night in range(6):
+            started = STARTED + dt.timedelta(days=night)
+            names.append(f"{backend}-{started:%Y%m%dT%H%M%SZ}-abc{night}")
+            write_run(artifacts, names[-1], 0, started=started)
+    merge(artifacts, seed / "runs")
+    assert ootci("history", "push", str(seed), "--branch", "ootci-data", "--remote", remote).returncode == 0
+
+    partial = tmp_path / "partial"
+    result = ootci("history", "pull", str(partial), "--branch", "ootci-data", "--remote", remote, "--latest", "2")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "newest 2 run(s) of each backend (4 of 13 directories)" in result.stdout  # 12 runs + .testsets
+    runs = partial / "runs"
+    assert len(list(runs.glob("*/record.json"))) == 12
+    with_results = sorted(p.parent.name for p in runs.glob(f"*/{packed_tests.RESULTS_NAME}"))
+    assert with_results == sorted(n for n in names if n.endswith(("abc4", "abc5")))
+    assert len(record_files.read(runs / with_results[0] / "record.json").tests) == len(results_of(0))
+    # Blobs of the other runs' results were never downloaded.
+    missing = subprocess.run(["git", "-C", str(partial), "rev-list", "--objects", "--missing=print", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout
+    assert sum(line.startswith("?") for line in missing.splitlines()) == 8
+    # Prune cannot wrongly rewrite headers whose lists it does not hold.
+    assert ootci("history", "prune", str(runs), "--keep-results-days", "1").returncode == 0
+    assert record_files.read(runs / names[0] / "record.json", with_tests=False).tests_file == packed_tests.RESULTS_NAME
+
+    tonight = STARTED + dt.timedelta(days=7)
+    write_run(tmp_path / "tonight", f"openreg-{tonight:%Y%m%dT%H%M%SZ}-abc7", 0, started=tonight)
+    merge(tmp_path / "tonight", runs)
+    pushed = ootci("history", "push", str(partial), "--branch", "ootci-data", "--remote", remote)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+    full = tmp_path / "full"
+    assert ootci("history", "pull", str(full), "--branch", "ootci-data", "--remote", remote,
+                 "--full").returncode == 0
+    assert len(list((full / "runs").glob(f"*/{packed_tests.RESULTS_NAME}"))) == 13  # nothing lost

@@ -35,6 +35,8 @@ from ..pipeline import ci_run_url, new_run_id
 from ..models import BisectRecord, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
 
 PUSH_ATTEMPTS = 4
+RUNS_DIR = "runs"
+"""the history's run directories, in the data branch (the workflows merge into and build from it)"""
 GIT_TIMEOUT_S = 300
 
 
@@ -80,6 +82,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("checkout", type=Path, help="directory to clone into (must not exist or be empty)")
     pl.add_argument("--branch", default="ootci-data", help="branch to clone (default ootci-data)")
     pl.add_argument("--remote", help="remote URL (default: $GITHUB_SERVER_URL/$GITHUB_REPOSITORY)")
+    fetch = pl.add_mutually_exclusive_group()
+    fetch.add_argument("--latest", type=int, default=history_store.PAGED_RUNS, metavar="N",
+                       help="fetch every header but only the newest N run directories of each backend "
+                            f"(default {history_store.PAGED_RUNS}: the runs the dashboard gives a page)")
+    fetch.add_argument("--full", action="store_true", help="fetch the whole tip (e.g. to prune it)")
     pl.set_defaults(func=cmd_pull)
 
     pu = hsub.add_parser("push", help="commit a history checkout and push it to a branch")
@@ -319,11 +326,11 @@ def cmd_fill_missing(args: argparse.Namespace) -> int:
 # -- pull and push -----------------------------------------------------------------
 
 def _git(checkout: Path, *args: str, env: dict[str, str] | None = None,
-         check: bool = True) -> subprocess.CompletedProcess:
+         check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
     identity = ["-c", "user.name=ootci", "-c", "user.email=ootci@users.noreply.github.com"]
     try:
         result = subprocess.run(["git", "-C", str(checkout), *identity, *args], capture_output=True,
-                                text=True, env=env, timeout=GIT_TIMEOUT_S)
+                                text=True, env=env, timeout=GIT_TIMEOUT_S, input=stdin)
     except FileNotFoundError:
         raise PublishError("git is not installed") from None
     except subprocess.TimeoutExpired:
@@ -373,25 +380,42 @@ def _auth_env(url: str) -> dict[str, str]:
     return env
 
 
-def pull(checkout: Path, branch: str, remote: str | None) -> str:
-    """Clone the tip of `branch` into `checkout`; an empty repository if the branch is new."""
+def pull(checkout: Path, branch: str, remote: str | None, latest: int | None = history_store.PAGED_RUNS) -> str:
+    """Clone the tip of `branch` into `checkout`; an empty repository if the branch is new.
+
+    latest: check out every header and test set, but only the newest `latest` run directories
+    of each backend (a partial clone: other files are not even downloaded); None: everything.
+    """
     url = remote or _default_remote()
     if checkout.exists() and any(checkout.iterdir()):
         raise OutputError(f"history pull: {checkout} exists and is not empty")
     checkout.mkdir(parents=True, exist_ok=True)
     env = _auth_env(url)
     heads = _git(checkout, "ls-remote", "--heads", url, branch, env=env)
-    if heads.stdout.strip():
+    if heads.stdout.strip() and latest is None:
         # Only the tip: records are immutable, their history is not needed to add more.
         _git(checkout, "clone", "-q", "--depth", "1", "--branch", branch, "--single-branch", url, ".", env=env)
         return f"cloned {branch}"
+    if heads.stdout.strip():
+        _git(checkout, "clone", "-q", "--depth", "1", "--filter=blob:none", "--no-checkout", "--branch", branch,
+             "--single-branch", url, ".", env=env)
+        names = _git(checkout, "ls-tree", "--name-only", "HEAD", f"{RUNS_DIR}/").stdout.split()
+        fetched = history_store.latest_runs([n.removeprefix(f"{RUNS_DIR}/") for n in names], latest)
+        patterns = history_store.sparse_patterns(RUNS_DIR, fetched)
+        _git(checkout, "sparse-checkout", "set", "--no-cone", "--stdin", stdin="\n".join(patterns) + "\n")
+        _git(checkout, "checkout", "-q", branch, env=env)  # downloads the blobs of what is checked out
+        return (f"cloned {branch}: every header, and the newest {latest} run(s) of each backend "
+                f"({len(fetched)} of {len(names)} directories)")
     _git(checkout, "init", "-q", "-b", branch)
     _git(checkout, "remote", "add", "origin", url)
     return f"{branch} does not exist yet: starting an empty history"
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    print(f"ootci: history {args.checkout}: {pull(args.checkout, args.branch, args.remote)}")
+    if args.latest < 1:
+        raise UsageError(f"--latest: must be at least 1, not {args.latest}")
+    latest = None if args.full else args.latest
+    print(f"ootci: history {args.checkout}: {pull(args.checkout, args.branch, args.remote, latest)}")
     return 0
 
 
@@ -403,7 +427,8 @@ def push(checkout: Path, branch: str, remote: str | None, message: str) -> str:
         _git(checkout, "init", "-q", "-b", branch)
     url = _remote_url(checkout, remote)
     env = _auth_env(url)
-    _git(checkout, "add", "-A")
+    # --sparse: after a partial pull, new run directories lie outside the sparse patterns.
+    _git(checkout, "add", "-A", "--sparse")
     if _git(checkout, "diff", "--cached", "--quiet", check=False).returncode == 0:
         return "nothing new to commit"
     _git(checkout, "commit", "-q", "-m", message)
