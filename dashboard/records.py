@@ -251,6 +251,20 @@ def digest(tests: list[TestRow], seen_testsets: set[str] | None = None, ids_hash
     return Digest(testset=testset, ids=ids if first_time else None, xfail=xfail, ops=zipped)
 
 
+def testset_digest(record_path: Path) -> Digest | None:
+    """What the history's shared test set tells of a run whose results are not at hand (a partial
+    pull fetches only each backend's newest runs): which tests it ran, no ops, no reasons. None
+    when the record or its set cannot be read."""
+    try:
+        record = load(record_path)
+        if record.tests_file != packed_tests.RESULTS_NAME or not record.test_ids_hash:
+            return None
+        rows = packed_tests.loads(packed_tests.testset_path(record_path.parent, record.test_ids_hash).read_bytes())
+        return Digest(testset=record.test_ids_hash, ids=[row[0] for row in rows], ops=b"")
+    except (BadRecord, OSError, packed_tests.PackError, TypeError, IndexError):
+        return None
+
+
 def _zip_ops(ops: dict) -> bytes:
     return zlib.compress(json.dumps(ops, separators=(",", ":")).encode()) if ops else b""
 

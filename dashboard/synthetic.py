@@ -17,10 +17,11 @@ import hashlib
 import json
 import os
 import random
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runner import record_files
+from ..runner import packed_tests, record_files
 from ..runner.models import (
     SUITES,
     Outcome,
@@ -222,6 +223,69 @@ def write_history(root: Path, scenarios: list[Scenario] | None = None, nights: i
 
 # --- fast path for the scale benchmark -------------------------------------------------
 
+@dataclass
+class FastNight:
+    """One synthetic night of one backend, as plain data: what both fast writers lay out."""
+
+    backend: str
+    run_id: str
+    head: dict  # record.json's fields but the stages
+    stages: str  # the stages as a JSON list's items
+    specs: list[tuple[str, str, str]]  # (test id, op, dtype) of every test, in the backend's order
+    changed: dict[int, tuple[str, str, int]]  # test index -> (outcome, message, attempts); the rest passed
+
+
+def fast_nights(backends: int, nights: int, tests: int, *, start_night: int = 0, only: int | None = None):
+    """Yield FastNight for backends x nights, backend by backend (None after each backend)."""
+    n_ops = max(1, tests // (len(DTYPES) * 2))
+    ops = [f"op{i:04d}" for i in range(n_ops)]
+    for b in range(backends) if only is None else [only]:
+        name, device = f"vendor{b:03d}", f"dev{b:03d}"
+        specs = [(op_test_id(device, op, dt_, v), op, dt_)
+                 for op in ops for dt_ in DTYPES for v in ("compare_cpu", "out")][:tests]
+        ids_hash = record_files.ids_hash(tid for tid, _, _ in specs)
+        red_from = (b * 37) % (nights + 30) if b % 3 == 0 else None
+        for night in range(start_night, start_night + nights):
+            rng = random.Random(b * 100_003 + night)
+            red = red_from is not None and night >= red_from
+            failing = red
+            changed: dict[int, tuple[str, str, int]] = {}
+            for k in rng.sample(range(len(specs)), k=min(3, len(specs))):
+                outcome = "flaky" if rng.random() < 0.7 else "failed"
+                failing = failing or outcome == "failed"
+                changed[k] = (outcome, "RuntimeError: synthetic intermittent failure", 2)
+            if red:
+                for k in range(0, min(len(specs), 40), 4):
+                    changed[k] = ("failed", "AssertionError: Tensor-likes are not close!", 1)
+            notable = {specs[k][0]: outcome for k, (outcome, _, _) in changed.items()}
+            counts = {"passed": len(specs) - len(notable)}
+            for outcome in notable.values():
+                counts[outcome] = counts.get(outcome, 0) + 1
+            started = EPOCH + dt.timedelta(days=night, seconds=b)
+            status = "failed" if failing else "passed"
+            stages = ",".join(
+                json.dumps({"name": s, "status": status if s == "integration" else "passed",
+                            "duration_s": 1.5, "started_at": started.isoformat(), "log": f"logs/{s}.log",
+                            "summary": "", "counts": {}})
+                for s in STAGES)
+            # Named as runner.pipeline.new_run_id names runs (the history's partial pull reads the names).
+            run_id = f"{name}-{started:%Y%m%dT%H%M%SZ}-{night:06x}"
+            head = {
+                "schema_version": 1, "run_id": run_id, "backend": name, "device": device,
+                "trigger": "nightly", "pr": None,
+                "torch": {"spec": "nightly", "version": torch_version(night), "git_version": torch_commit(night)},
+                "started_at": started.isoformat(), "finished_at": started.isoformat(), "status": status,
+                "command": f"ootci run {name} --torch nightly", "tests_file": record_files.TESTS_NAME,
+                "test_counts": counts, "test_ids_hash": ids_hash, "notable_tests": notable,
+            }
+            yield FastNight(name, run_id, head, stages, specs, changed)
+        yield None
+
+
+def _record_text(night: FastNight) -> str:
+    return f'{json.dumps(night.head)[:-1]}, "stages": [{night.stages}]}}'
+
+
 def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_night: int = 0,
                only: int | None = None, progress=None) -> int:
     """Write backends x nights records of `tests` tests each without building models.
@@ -231,64 +295,71 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
     (failures, flakes).
     Returns the bytes written.
     """
-    written = 0
-    n_ops = max(1, tests // (len(DTYPES) * 2))
-    ops = [f"op{i:04d}" for i in range(n_ops)]
-    for b in range(backends) if only is None else [only]:
-        name, device = f"vendor{b:03d}", f"dev{b:03d}"
-        specs = [(op_test_id(device, op, dt_, v), op, dt_)
-                 for op in ops for dt_ in DTYPES for v in ("compare_cpu", "out")][:tests]
-        base = [_fast_test(tid, "integration", "passed", op=op, dtype=dt_) for tid, op, dt_ in specs]
-        ids_hash = record_files.ids_hash(tid for tid, _, _ in specs)
-        red_from = (b * 37) % (nights + 30) if b % 3 == 0 else None
-        for night in range(start_night, start_night + nights):
-            rng = random.Random(b * 100_003 + night)
-            entries = list(base)
-            red = red_from is not None and night >= red_from
-            failing = red
-            counts = {"passed": len(specs)}
-            notable = {}
-            for k in rng.sample(range(len(specs)), k=min(3, len(specs))):
-                outcome = "flaky" if rng.random() < 0.7 else "failed"
-                failing = failing or outcome == "failed"
-                entries[k] = _fast_test(specs[k][0], "integration", outcome, op=specs[k][1], dtype=specs[k][2],
-                                        message="RuntimeError: synthetic intermittent failure", attempts=2)
-                notable[specs[k][0]] = outcome
-            if red:
-                for k in range(0, min(len(specs), 40), 4):
-                    entries[k] = _fast_test(specs[k][0], "integration", "failed", op=specs[k][1],
-                                            dtype=specs[k][2], message="AssertionError: Tensor-likes are not close!")
-                    notable[specs[k][0]] = "failed"
-            for outcome in notable.values():
-                counts["passed"] -= 1
-                counts[outcome] = counts.get(outcome, 0) + 1
-            started = EPOCH + dt.timedelta(days=night, seconds=b)
-            status = "failed" if failing else "passed"
-            stages = ",".join(
-                json.dumps({"name": s, "status": status if s == "integration" else "passed",
-                            "duration_s": 1.5, "started_at": started.isoformat(), "log": f"logs/{s}.log",
-                            "summary": "", "counts": {}})
-                for s in STAGES)
-            run_id = f"{name}-{started.strftime('%Y%m%dT%H%M%S')}"
-            head = json.dumps({
-                "schema_version": 1, "run_id": run_id, "backend": name, "device": device,
-                "trigger": "nightly", "pr": None,
-                "torch": {"spec": "nightly", "version": torch_version(night), "git_version": torch_commit(night)},
-                "started_at": started.isoformat(), "finished_at": started.isoformat(), "status": status,
-                "command": f"ootci run {name} --torch nightly", "tests_file": record_files.TESTS_NAME,
-                "test_counts": counts, "test_ids_hash": ids_hash, "notable_tests": notable,
-            })[:-1]
-            text = f'{head}, "stages": [{stages}]}}'
-            tests_text = f'{{"schema_version": 1, "run_id": "{run_id}", "tests": [{",".join(entries)}]}}'
-            run_dir = root / name / run_id
-            os.makedirs(run_dir / "logs", exist_ok=True)
-            (run_dir / record_files.TESTS_NAME).write_text(tests_text)
-            (run_dir / record_files.RECORD_NAME).write_text(text)
-            (run_dir / "logs" / "integration.log").write_text("synthetic integration log\n")
-            written += len(text) + len(tests_text)
-        if progress:
-            progress(b + 1)
+    written, done, base = 0, 0, None
+    for night in fast_nights(backends, nights, tests, start_night=start_night, only=only):
+        if night is None:
+            done, base = done + 1, None
+            if progress:
+                progress(done if only is None else only + 1)
+            continue
+        if base is None:
+            base = [_fast_test(tid, "integration", "passed", op=op, dtype=dt_) for tid, op, dt_ in night.specs]
+        entries = list(base)
+        for k, (outcome, message, attempts) in night.changed.items():
+            tid, op, dt_ = night.specs[k]
+            entries[k] = _fast_test(tid, "integration", outcome, op=op, dtype=dt_, message=message, attempts=attempts)
+        text = _record_text(night)
+        tests_text = f'{{"schema_version": 1, "run_id": "{night.run_id}", "tests": [{",".join(entries)}]}}'
+        run_dir = root / night.backend / night.run_id
+        os.makedirs(run_dir / "logs", exist_ok=True)
+        (run_dir / record_files.TESTS_NAME).write_text(tests_text)
+        (run_dir / record_files.RECORD_NAME).write_text(text)
+        (run_dir / "logs" / "integration.log").write_text("synthetic integration log\n")
+        written += len(text) + len(tests_text)
     return written
+
+
+def write_store_fast(runs: Path, backends: int, nights: int, tests: int, *, progress=None) -> int:
+    """The same runs as write_fast, laid out as the history keeps them (runner.history_store):
+    headers, results packed against one shared test set per backend, no logs. Durations vary
+    from night to night as real ones do (they are most of a packed run's bytes).
+    Returns the bytes written."""
+    written, done, rows = 0, 0, None
+    letter = {o: packed_tests.pack("x", "x", [["t", "s", None, None]],
+                                   [TestResult(id="t", suite="s", outcome=o)])["outcomes"] for o in Outcome}
+    for night in fast_nights(backends, nights, tests):
+        if night is None:
+            done, rows = done + 1, None
+            if progress:
+                progress(done)
+            continue
+        order = sorted(range(len(night.specs)), key=lambda i: night.specs[i][0])
+        if rows is None:
+            rows = [[night.specs[i][0], "integration", night.specs[i][1], night.specs[i][2]] for i in order]
+            shared = packed_tests.testset_path(runs / "x", night.head["test_ids_hash"])
+            if not shared.exists():
+                written += _write(shared, packed_tests.dumps(rows))
+        rng = random.Random(night.run_id)
+        outcomes, details = [], {}
+        for position, i in enumerate(order):
+            outcome, message, attempts = night.changed.get(i, ("passed", "", 1))
+            outcomes.append(letter[Outcome(outcome)])
+            if message:
+                details[str(position)] = {"message": message, **({"attempts": attempts} if attempts != 1 else {})}
+        results = {"packed_version": packed_tests.PACKED_VERSION, "run_id": night.run_id,
+                   "testset": night.head["test_ids_hash"], "outcomes": "".join(outcomes),
+                   "durations_ms": [int(rng.lognormvariate(3, 1.2)) for _ in order], "details": details}
+        night.head.update(tests_file=packed_tests.RESULTS_NAME,
+                          ci_run_url=f"https://github.com/ootci/ootci/actions/runs/{zlib.crc32(night.run_id.encode())}")
+        written += _write(runs / night.run_id / packed_tests.RESULTS_NAME, packed_tests.dumps(results))
+        written += _write(runs / night.run_id / record_files.RECORD_NAME, _record_text(night).encode())
+    return written
+
+
+def _write(path: Path, data: bytes) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return len(data)
 
 
 def _fast_test(tid: str, suite: str, outcome: str, *, op: str | None = None, dtype: str | None = None,

@@ -18,6 +18,7 @@ so the history never holds half a run.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import shutil
@@ -90,17 +91,51 @@ PAGED_RUNS = 14
 _RUN_DIR = re.compile(r"^(?P<backend>.+)-(?P<stamp>\d{8}T\d{6}Z)-[0-9a-f]+$")
 
 
-def latest_runs(names: list[str], per_backend: int) -> list[str]:
-    """The newest per_backend run directory names of each backend, told by name alone (no file read)."""
+def runs_with_pages(runs: Path, per_backend: int) -> list[str]:
+    """The run directories in `runs` whose page the dashboard builds, as it picks them: each
+    backend's newest per_backend main-line and PR runs, and, when its newest main-line run is
+    red, the last green run and the first red one after it. Told from the directory names
+    and the headers (only the headers the choice needs are read)."""
     by_backend: dict[str, list[tuple[str, str]]] = {}
-    for name in names:
-        parsed = _RUN_DIR.match(name)
+    for entry in runs.iterdir():
+        parsed = _RUN_DIR.match(entry.name)
         if parsed:
-            by_backend.setdefault(parsed["backend"], []).append((parsed["stamp"], name))
-    kept = []
-    for runs in by_backend.values():
-        kept += [name for _, name in sorted(runs, reverse=True)[:per_backend]]
-    return sorted(kept)
+            by_backend.setdefault(parsed["backend"], []).append((parsed["stamp"], entry.name))
+    chosen: list[str] = []
+    for named in by_backend.values():
+        main: list[str] = []
+        prs: list[str] = []
+        red: str | None = None  # the oldest red main-line run seen so far, newest first
+        settled = False  # the red stretch's start (and the green run before it) is known
+        for _, name in sorted(named, reverse=True):
+            trigger, status = _trigger_and_status(runs / name)
+            if trigger == "pr":
+                if len(prs) < per_backend:
+                    prs.append(name)
+            elif status is not None and status != "missing" and not settled:
+                if status in ("passed", "skipped"):
+                    if red is not None:
+                        chosen += [red, name]
+                    settled = True
+                else:
+                    red = name
+            if trigger != "pr" and len(main) < per_backend:
+                main.append(name)
+            if settled and len(main) == per_backend and len(prs) == per_backend:
+                break
+        else:
+            if red is not None and not settled:
+                chosen.append(red)  # red since its first run: that run starts the stretch
+        chosen += main + prs
+    return sorted(set(chosen))
+
+
+def _trigger_and_status(run_dir: Path) -> tuple[str | None, str | None]:
+    try:
+        header = json.loads((run_dir / record_files.RECORD_NAME).read_bytes())
+        return header.get("trigger", "manual"), header.get("status")
+    except (OSError, ValueError, AttributeError):
+        return None, None
 
 
 def sparse_patterns(runs_dir: str, fetched: list[str]) -> list[str]:

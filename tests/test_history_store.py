@@ -7,13 +7,14 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from ootci.dashboard import site
-from ootci.runner import packed_tests, record_files
+from ootci.runner import history_store, packed_tests, record_files
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
 from tests.support.cli import ootci
@@ -190,19 +191,28 @@ def test_a_partial_pull_fetches_every_header_but_only_the_newest_runs_and_pushes
     result = ootci("history", "pull", str(partial), "--branch", "ootci-data", "--remote", remote, "--latest", "2")
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "newest 2 run(s) of each backend (4 of 13 directories)" in result.stdout  # 12 runs + .testsets
+    # Every run is red: the first one starts the red stretch, and its page (the culprit's) is built too.
+    assert "the 6 run(s) of the 13 directories that get a page" in result.stdout  # 12 runs + .testsets
     runs = partial / "runs"
     assert len(list(runs.glob("*/record.json"))) == 12
     with_results = sorted(p.parent.name for p in runs.glob(f"*/{packed_tests.RESULTS_NAME}"))
-    assert with_results == sorted(n for n in names if n.endswith(("abc4", "abc5")))
+    assert with_results == sorted(n for n in names if n.endswith(("abc0", "abc4", "abc5")))
     assert len(record_files.read(runs / with_results[0] / "record.json").tests) == len(results_of(0))
     # Blobs of the other runs' results were never downloaded.
     missing = subprocess.run(["git", "-C", str(partial), "rev-list", "--objects", "--missing=print", "HEAD"],
                              capture_output=True, text=True, check=True).stdout
-    assert sum(line.startswith("?") for line in missing.splitlines()) == 8
+    assert sum(line.startswith("?") for line in missing.splitlines()) == 6
+    # The dashboard builds from it: runs without their results are known by their shared test set.
+    build = ootci("dashboard", "build", "--data", str(runs), "--out", str(tmp_path / "site"), "--run-pages", "2")
+    assert build.returncode == 0 and "not read" not in build.stdout + build.stderr, build.stdout + build.stderr
+    assert "without tests" not in build.stdout + build.stderr
     # Prune cannot wrongly rewrite headers whose lists it does not hold.
-    assert ootci("history", "prune", str(runs), "--keep-results-days", "1").returncode == 0
-    assert record_files.read(runs / names[0] / "record.json", with_tests=False).tests_file == packed_tests.RESULTS_NAME
+    copy = tmp_path / "copy"
+    shutil.copytree(partial, copy, symlinks=True)
+    assert ootci("history", "prune", str(copy / "runs"), "--keep-results-days", "1").returncode == 0
+    assert record_files.read(copy / "runs" / names[1] / "record.json", with_tests=False).tests_file == \
+        packed_tests.RESULTS_NAME  # not fetched: left alone
+    assert record_files.read(copy / "runs" / names[0] / "record.json", with_tests=False).tests_pruned_at
 
     tonight = STARTED + dt.timedelta(days=7)
     write_run(tmp_path / "tonight", f"openreg-{tonight:%Y%m%dT%H%M%SZ}-abc7", 0, started=tonight)
@@ -214,3 +224,29 @@ def test_a_partial_pull_fetches_every_header_but_only_the_newest_runs_and_pushes
     assert ootci("history", "pull", str(full), "--branch", "ootci-data", "--remote", remote,
                  "--full").returncode == 0
     assert len(list((full / "runs").glob(f"*/{packed_tests.RESULTS_NAME}"))) == 13  # nothing lost
+
+
+def test_the_runs_a_partial_pull_fetches_are_the_ones_the_dashboard_gives_a_page(tmp_path):
+    """Newest N main-line and N PR runs per backend, plus the culprit pair when the newest is red
+    (a missing run neither starts nor ends a red stretch), told from names and headers."""
+    statuses = {  # oldest first
+        "green-then-red": ["passed", "passed", "failed", "missing", "failed", "failed", "failed"],
+        "all-green": ["passed"] * 6,
+        "red-from-start": ["failed"] * 5,
+    }
+    expected = set()
+    for backend, history in statuses.items():
+        for night, status in enumerate(history):
+            name = f"{backend}-202611{night + 1:02d}T031700Z-{night:04x}"
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "record.json").write_text(json.dumps({"trigger": "nightly", "status": status}))
+            if night >= len(history) - 2:
+                expected.add(name)
+    pr = "all-green-20261001T031700Z-ffff"  # an old PR run: the newest PR run of its backend
+    (tmp_path / pr).mkdir()
+    (tmp_path / pr / "record.json").write_text(json.dumps({"trigger": "pr", "status": "failed"}))
+    (tmp_path / "not-a-run-dir").mkdir()
+    expected |= {pr, "green-then-red-20261102T031700Z-0001", "green-then-red-20261103T031700Z-0002",
+                 "red-from-start-20261101T031700Z-0000"}
+
+    assert set(history_store.runs_with_pages(tmp_path, 2)) == expected

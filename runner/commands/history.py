@@ -399,13 +399,18 @@ def pull(checkout: Path, branch: str, remote: str | None, latest: int | None = h
     if heads.stdout.strip():
         _git(checkout, "clone", "-q", "--depth", "1", "--filter=blob:none", "--no-checkout", "--branch", branch,
              "--single-branch", url, ".", env=env)
-        names = _git(checkout, "ls-tree", "--name-only", "HEAD", f"{RUNS_DIR}/").stdout.split()
-        fetched = history_store.latest_runs([n.removeprefix(f"{RUNS_DIR}/") for n in names], latest)
+        # Headers first; they tell which runs get a page, and only those are then fetched whole.
+        # Git downloads the blobs of what each step checks out, and nothing else.
+        headers = history_store.sparse_patterns(RUNS_DIR, [])
+        _git(checkout, "sparse-checkout", "set", "--no-cone", "--stdin", stdin="\n".join(headers) + "\n")
+        _git(checkout, "checkout", "-q", branch, env=env)
+        runs = checkout / RUNS_DIR
+        fetched = history_store.runs_with_pages(runs, latest) if runs.is_dir() else []
         patterns = history_store.sparse_patterns(RUNS_DIR, fetched)
-        _git(checkout, "sparse-checkout", "set", "--no-cone", "--stdin", stdin="\n".join(patterns) + "\n")
-        _git(checkout, "checkout", "-q", branch, env=env)  # downloads the blobs of what is checked out
-        return (f"cloned {branch}: every header, and the newest {latest} run(s) of each backend "
-                f"({len(fetched)} of {len(names)} directories)")
+        _git(checkout, "sparse-checkout", "set", "--no-cone", "--stdin", stdin="\n".join(patterns) + "\n", env=env)
+        held = sum(1 for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else 0
+        return (f"cloned {branch}: every header, and the {len(fetched)} run(s) of the {held} directories "
+                f"that get a page (each backend's newest {latest}, and the culprit pair)")
     _git(checkout, "init", "-q", "-b", branch)
     _git(checkout, "remote", "add", "origin", url)
     return f"{branch} does not exist yet: starting an empty history"
