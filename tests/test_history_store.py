@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 
 from ootci.dashboard import site
 from ootci.runner import history_store, packed_tests, record_files
@@ -19,6 +20,7 @@ from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchIn
 from ootci.runner.models import TestResult as Result
 from tests.support.cli import ootci
 
+REPO = Path(__file__).resolve().parents[1]
 STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
 RUN_URL = "https://github.com/ootci/ootci/actions/runs/123456"
 
@@ -250,3 +252,14 @@ def test_the_runs_a_partial_pull_fetches_are_the_ones_the_dashboard_gives_a_page
                  "red-from-start-20261101T031700Z-0000"}
 
     assert set(history_store.runs_with_pages(tmp_path, 2)) == expected
+
+
+def test_the_weekly_prune_workflow_pulls_the_whole_tip_before_pruning_and_writes_only_contents():
+    workflow = YAML(typ="safe").load(REPO / ".github" / "workflows" / "prune-history.yml")
+    assert workflow["permissions"] == {}
+    (job,) = workflow["jobs"].values()
+    assert job["permissions"] == {"contents": "write"}
+    commands = [step["run"] for step in job["steps"] if "run" in step]
+    assert [c.split()[:3] for c in commands] == [["ootci", "history", "pull"], ["ootci", "history", "prune"],
+                                                 ["ootci", "history", "push"]]
+    assert "--full" in commands[0]  # a partial pull would leave old test lists unpruned
