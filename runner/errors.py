@@ -59,5 +59,11 @@ class RelayError(OotciError):
     exit_code = 11
 
 
+class GitHubError(OotciError):
+    """GitHub's REST API could not be reached, refused a request, or answered what it does not document."""
+
+    exit_code = 13
+
+
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130

@@ -142,8 +142,10 @@ def sparse_patterns(runs_dir: str, fetched: list[str]) -> list[str]:
     """git sparse-checkout patterns (non-cone) for a history: every header and bisection, the
     test sets, and the whole directories of the `fetched` runs."""
     base = "/" + runs_dir.strip("/")
+    # `<dir>/*`, not `<dir>/`: a pattern for directories only makes git stat every path once per
+    # pattern (43 s instead of 2 s for a year of 100 backends, see docs/history.md).
     return [f"{base}/*/{record_files.RECORD_NAME}", f"{base}/*/{record_files.BISECT_NAME}",
-            f"{base}/{packed_tests.TESTSETS_DIR}/", *(f"{base}/{name}/" for name in fetched)]
+            f"{base}/{packed_tests.TESTSETS_DIR}/", *(f"{base}/{name}/*" for name in fetched)]
 
 
 # -- retention ------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from ..errors import OotciError, OutputError, UnknownBackendError, UsageError
 from ..manifest import Manifest
 from ..pipeline import ci_run_url, new_run_id
 from ..models import BisectRecord, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
+from . import history_collect
 
 PUSH_ATTEMPTS = 4
 RUNS_DIR = "runs"
@@ -96,6 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      "$GITHUB_SERVER_URL/$GITHUB_REPOSITORY)")
     pu.add_argument("--message", default="ootci: add run records", help="commit message")
     pu.set_defaults(func=cmd_push)
+
+    # `collect` (its own module): the records of a workflow's runs, from their artifacts.
+    history_collect.register(hsub)
 
 
 # -- merge -------------------------------------------------------------------------

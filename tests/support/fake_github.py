@@ -1,0 +1,169 @@
+"""GitHub's REST API for a workflow's runs and their artifacts, as far as `ootci history collect` uses it,
+played by a real HTTP server (pytest-httpserver on 127.0.0.1).
+
+It behaves as api.github.com does: lists paginated with a `Link: <...>; rel="next"` header (pages
+of `page_size` items, smaller than GitHub's so a handful of runs spans pages), runs filtered by
+`created=>=T`, every request of the API checked for `Authorization: Bearer <token>`, and an
+artifact's `archive_download_url` answering 302 with a signed URL of the artifact storage on another
+host (`localhost` instead of `127.0.0.1`). The storage records what reached it, so a test can
+show that the token never did.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import re
+import zipfile
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+from werkzeug import Request, Response
+
+from ootci.runner.models import RunRecord, StageResult, Status, TorchInfo
+
+REPOSITORY = "ootci/ootci"
+TOKEN = "ghs_fake-token-0123456789"
+STORAGE_HOST = "localhost"
+
+
+def zipped(files: dict[str, bytes | str]) -> bytes:
+    """A zip archive holding `files` (name -> content), names exactly as given."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, content in files.items():
+            archive.writestr(name, content)
+    return buffer.getvalue()
+
+
+def run_artifact(run_id: str, backend: str, started: dt.datetime) -> bytes:
+    """An `ootci-run-*` artifact as publish-results uploads it: the run directory at the zip's root."""
+    record = RunRecord(run_id=run_id, backend=backend, device=backend, torch=TorchInfo(spec="nightly"),
+                       started_at=started, status=Status.passed,
+                       stages=[StageResult(name="build", status=Status.passed, summary="built")])
+    return zipped({f"{run_id}/record.json": record.model_dump_json(indent=2), f"{run_id}/logs/build.log": "built\n"})
+
+
+def iso(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class StorageHit:
+    artifact_id: int
+    host: str
+    authorization: str | None
+
+
+@dataclass
+class FakeGitHub:
+    server: object  # pytest_httpserver.HTTPServer
+    workflow: str = "nightly.yml"
+    page_size: int = 2
+    runs: list[dict] = field(default_factory=list)
+    artifacts: dict[int, list[dict]] = field(default_factory=dict)
+    blobs: dict[int, bytes] = field(default_factory=dict)
+    api_requests: list[Request] = field(default_factory=list)
+    storage_hits: list[StorageHit] = field(default_factory=list)
+    failures: dict[str, list[int]] = field(default_factory=dict)
+    """path pattern -> HTTP statuses answered, one per request, before the real answer"""
+
+    def __post_init__(self):
+        base = f"/repos/{REPOSITORY}/actions"
+        self.server.expect_request(f"{base}/workflows/{self.workflow}/runs").respond_with_handler(self._runs)
+        self.server.expect_request(re.compile(rf"{base}/runs/\d+/artifacts")).respond_with_handler(self._artifacts)
+        self.server.expect_request(re.compile(rf"{base}/artifacts/\d+/zip")).respond_with_handler(self._zip)
+        self.server.expect_request(re.compile(r"/storage/\d+\.zip")).respond_with_handler(self._storage)
+
+    # -- what a test sets up ---------------------------------------------------------------
+
+    @property
+    def api_url(self) -> str:
+        return self.server.url_for("").rstrip("/")
+
+    def env(self) -> dict[str, str]:
+        return {"GITHUB_API_URL": self.api_url, "GITHUB_TOKEN": TOKEN, "GITHUB_REPOSITORY": REPOSITORY}
+
+    def add_run(self, run_id: int, created_at: dt.datetime, status: str = "completed") -> None:
+        # GitHub lists runs newest first.
+        self.runs.append({"id": run_id, "status": status, "created_at": iso(created_at), "run_attempt": 1})
+        self.runs.sort(key=lambda run: run["created_at"], reverse=True)
+        self.artifacts.setdefault(run_id, [])
+
+    def add_artifact(self, run_id: int, artifact_id: int, name: str, content: bytes, expired: bool = False) -> None:
+        self.artifacts[run_id].append({
+            "id": artifact_id, "name": name, "size_in_bytes": len(content), "expired": expired,
+            "archive_download_url": f"{self.api_url}/repos/{REPOSITORY}/actions/artifacts/{artifact_id}/zip",
+            "workflow_run": {"id": run_id},
+        })
+        self.blobs[artifact_id] = content
+
+    def fail(self, path_pattern: str, *statuses: int) -> None:
+        self.failures.setdefault(path_pattern, []).extend(statuses)
+
+    def downloads(self) -> list[int]:
+        return [hit.artifact_id for hit in self.storage_hits]
+
+    # -- the server ------------------------------------------------------------------------
+
+    def _injected_failure(self, request: Request) -> Response | None:
+        for pattern, statuses in self.failures.items():
+            if statuses and re.search(pattern, request.path):
+                status = statuses.pop(0)
+                headers = {"Retry-After": "0"} if status in (403, 429) else {}
+                return Response(json.dumps({"message": f"injected {status}"}), status=status, headers=headers,
+                                content_type="application/json")
+        return None
+
+    def _api(self, request: Request) -> Response | None:
+        self.api_requests.append(request)
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return Response(json.dumps({"message": "Bad credentials"}), status=401, content_type="application/json")
+        return self._injected_failure(request)
+
+    def _page(self, request: Request, key: str, items: list[dict], total: int | None = None) -> Response:
+        page = int(request.args.get("page", "1"))
+        chunk = items[(page - 1) * self.page_size: page * self.page_size]
+        headers = {}
+        if page * self.page_size < len(items):
+            query = {**request.args.to_dict(), "page": str(page + 1)}
+            headers["Link"] = f'<{self.server.url_for(request.path)}?{urlencode(query)}>; rel="next"'
+        body = {"total_count": len(items) if total is None else total, key: chunk}
+        return Response(json.dumps(body), headers=headers, content_type="application/json")
+
+    def _runs(self, request: Request) -> Response:
+        refused = self._api(request)
+        if refused:
+            return refused
+        created = request.args.get("created", "")
+        match = re.fullmatch(r">=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)", created)
+        runs = [run for run in self.runs if not match or run["created_at"] >= match.group(1)]
+        return self._page(request, "workflow_runs", runs)
+
+    def _artifacts(self, request: Request) -> Response:
+        refused = self._api(request)
+        if refused:
+            return refused
+        run_id = int(request.path.split("/")[-2])
+        if run_id not in self.artifacts:
+            return Response(json.dumps({"message": "Not Found"}), status=404, content_type="application/json")
+        return self._page(request, "artifacts", self.artifacts[run_id])
+
+    def _zip(self, request: Request) -> Response:
+        refused = self._api(request)
+        if refused:
+            return refused
+        artifact_id = int(request.path.split("/")[-2])
+        port = self.server.port
+        location = f"http://{STORAGE_HOST}:{port}/storage/{artifact_id}.zip?sig=signed-for-one-minute"
+        return Response("", status=302, headers={"Location": location})
+
+    def _storage(self, request: Request) -> Response:
+        artifact_id = int(request.path.rsplit("/", 1)[-1].split(".")[0])
+        self.storage_hits.append(StorageHit(artifact_id, request.host.split(":")[0],
+                                            request.headers.get("Authorization")))
+        failure = self._injected_failure(request)
+        if failure:
+            return failure
+        return Response(self.blobs[artifact_id], content_type="application/zip")
