@@ -157,6 +157,7 @@ class Pruned:
     results: list[str] = field(default_factory=list)  # run ids whose test lists went
     testsets: list[str] = field(default_factory=list)  # fingerprints no run refers to any more
     leftovers: int = 0  # files of older layouts (logs, JUnit, raw retries) removed
+    repacked: list[str] = field(default_factory=list)  # run ids whose tests.json was packed
     bytes: int = 0
 
 
@@ -166,7 +167,8 @@ def prune(runs: Path, *, keep_results_days: int, now: dt.datetime) -> Pruned:
     Headers stay forever. The test lists of runs that started more than keep_results_days
     before `now` go (the header keeps the counts and notable tests, and says when its list
     went); so do test sets no remaining list uses, and any logs, JUnit or retry files an
-    older history kept in run directories.
+    older history kept in run directories. A kept run whose tests are still a tests.json (an
+    older history) is packed.
     """
     pruned = Pruned()
     cutoff = now - dt.timedelta(days=keep_results_days)
@@ -184,6 +186,16 @@ def prune(runs: Path, *, keep_results_days: int, now: dt.datetime) -> Pruned:
         if record.tests_file is None:
             continue
         if _aware(record.started_at) >= cutoff:
+            if record.tests_file == record_files.TESTS_NAME and (run_dir / record.tests_file).is_file():
+                # Written before the packed form: packed now, so an old history shrinks too.
+                before = _size(run_dir)
+                try:
+                    add_run(run_dir, run_dir)
+                    record = record_files.read(record_path, with_tests=False)
+                except (OSError, ValueError):
+                    continue  # its tests do not load: left as it is, the dashboard says why
+                pruned.bytes += max(before - _size(run_dir), 0)
+                pruned.repacked.append(record.run_id)
             if record.test_ids_hash and record.tests_file == packed_tests.RESULTS_NAME:
                 in_use.add(record.test_ids_hash)
             continue
@@ -203,6 +215,10 @@ def prune(runs: Path, *, keep_results_days: int, now: dt.datetime) -> Pruned:
 
 def _aware(moment: dt.datetime) -> dt.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
+
+
+def _size(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.iterdir() if f.is_file())
 
 
 def _remove(path: Path) -> int:

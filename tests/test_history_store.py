@@ -128,13 +128,18 @@ def test_prune_keeps_headers_drops_old_test_lists_and_unused_sets_and_the_dashbo
     merge(artifacts, history)
     (history / "openreg-31" / "logs").mkdir()  # an older layout kept logs in the branch
     (history / "openreg-31" / "logs" / "build.log").write_text("old layout\n")
+    old_layout = write_run(tmp_path / "old-layout", "openreg-32", 32)  # and every test in tests.json
+    shutil.copytree(old_layout, history / "openreg-32")
     headers = {p.parent.name: RunRecord.model_validate_json(p.read_bytes()) for p in history.glob("*/record.json")}
 
     now = STARTED + dt.timedelta(days=31, hours=1)
     result = ootci("history", "prune", str(history), "--keep-results-days", "10", "--now", now.isoformat())
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "test lists of 2 run(s) older than 10 days removed, 1 unused test set(s), 1 log or JUnit" in result.stdout
+    assert ("test lists of 2 run(s) older than 10 days removed, 1 unused test set(s), 3 log or JUnit file(s) "
+            "of an older layout, 1 test list(s) packed") in result.stdout
+    assert sorted(p.name for p in (history / "openreg-32").iterdir()) == ["record.json", "results.json.gz"]
+    assert len(record_files.read(history / "openreg-32" / "record.json").tests) == len(results_of(32))
     for run_id in ("openreg-old", "openreg-1"):
         pruned = record_files.read(history / run_id / "record.json")
         assert not (history / run_id / packed_tests.RESULTS_NAME).exists()

@@ -233,7 +233,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     pruned = history_store.prune(args.runs, keep_results_days=args.keep_results_days, now=now)
     print(f"ootci: history {args.runs}: test lists of {len(pruned.results)} run(s) older than "
           f"{args.keep_results_days} days removed, {len(pruned.testsets)} unused test set(s), "
-          f"{pruned.leftovers} log or JUnit file(s) of an older layout; {pruned.bytes / 1e6:.1f} MB freed")
+          f"{pruned.leftovers} log or JUnit file(s) of an older layout, {len(pruned.repacked)} test list(s) "
+          f"packed; {pruned.bytes / 1e6:.1f} MB freed")
     return 0
 
 
