@@ -51,7 +51,8 @@ def relative(paths: list[Path]) -> list[str]:
 
 
 def test_there_is_a_workflow_and_an_action_for_every_part():
-    assert {p.stem for p in WORKFLOWS} == {"backend", "bisect", "build-torch", "nightly", "pytorch-pr", "ci", "release"}
+    assert {p.stem for p in WORKFLOWS} == {"backend", "bisect", "build-torch", "nightly", "pytorch-pr", "ci", "release",
+                                          "collect", "prune-history"}
     assert {EXAMPLE, BISECT_EXAMPLE} <= set(EXAMPLES)
     assert {p.parent.name for p in ACTIONS} >= {"setup", "get-torch", "build-backend", "verify-autoload",
                                                 "run-suites", "publish-results"}
@@ -180,8 +181,11 @@ def test_least_privilege_permissions(path):
         assert set(granted.values()) <= {"read", "write"}
         if granted.get("contents") == "write":
             # Only the jobs that push the data branch.
-            assert name in ("publish", "publish-bisections"), f"{path.name}: job {name} may write contents"
-            assert granted == {"contents": "write"}, f"{path.name}: job {name} writes more than contents"
+            assert name in ("publish", "publish-bisections", "collect", "prune"), \
+                f"{path.name}: job {name} may write contents"
+            # The collector also reads the nightly's artifacts, and nothing else.
+            expected = {"actions": "read", "contents": "write"} if path.name == "collect.yml" else {"contents": "write"}
+            assert granted == expected, f"{path.name}: job {name} writes more than contents"
 
 
 def test_every_composite_action_step_calls_ootci():
@@ -404,7 +408,7 @@ def test_setup_installs_ootci_from_a_copy_and_not_editable():
     assert 'pip install --quiet --disable-pip-version-check "$RUNNER_TEMP/ootci-src"' in install["run"]
 
 
-@pytest.mark.parametrize("name", ["nightly.yml", "pytorch-pr.yml"])
+@pytest.mark.parametrize("name", ["nightly.yml", "pytorch-pr.yml", "collect.yml"])
 def test_a_re_run_deploys_the_site_of_its_own_attempt(name):
     """`Re-run failed jobs` runs publish again in the same workflow run: its Pages artifact
     must not collide with the first attempt's (or with the other site of the same run), and
@@ -442,6 +446,98 @@ def test_no_job_that_pushes_the_history_waits_in_a_concurrency_group(path):
         publishes = any(s.get("uses", "") == "$/actions/update-dashboard" for s in job.get("steps", []))
         if pushes or publishes:
             assert "concurrency" not in job, f"{path.name}: job {name} pushes the history from a concurrency group"
+
+
+# -- the collector (collect.yml): results reach the page without waiting for the whole night --
+
+COLLECT = REPO / ".github" / "workflows" / "collect.yml"
+UPDATE_DASHBOARD = REPO / "actions" / "update-dashboard" / "action.yml"
+
+
+def test_collect_runs_on_its_own_schedule_with_least_privilege():
+    doc = load(COLLECT)
+    assert doc["on"]["schedule"] == [{"cron": "*/30 * * * *"}] and "workflow_dispatch" in doc["on"]
+    assert set(doc["on"]) == {"schedule", "workflow_dispatch"}
+    assert doc["permissions"] == {}
+    collect, deploy = doc["jobs"]["collect"], doc["jobs"]["deploy"]
+    assert collect["permissions"] == {"actions": "read", "contents": "write"}
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert "timeout-minutes" in collect
+
+
+def test_collect_waits_for_no_other_collector_and_loses_nothing_when_github_drops_a_pending_one():
+    """One collector at a time, none cancelled while it runs. GitHub cancels an older pending run
+    of the group: harmless here, as the pending one takes all that is not collected yet."""
+    doc = load(COLLECT)
+    assert doc["concurrency"] == {"group": "ootci-collect", "cancel-in-progress": False}
+    assert "concurrency" not in doc["jobs"]["collect"]
+    assert doc["jobs"]["deploy"]["concurrency"] == {"group": "ootci-pages", "cancel-in-progress": False}
+    for path in [NIGHTLY, REPO / ".github" / "workflows" / "pytorch-pr.yml"]:
+        assert "ootci-collect" not in path.read_text(), "only the collector may wait in this group"
+
+
+def test_collect_pulls_collects_merges_pushes_then_builds_the_site_from_the_tip():
+    collect = load(COLLECT)["jobs"]["collect"]
+    steps = collect["steps"]
+    runs = [" ".join(s["run"].split()) for s in steps if "run" in s]
+    assert runs == [
+        'ootci history pull "$RUNNER_TEMP/history" --branch ootci-data ${REMOTE:+--remote "$REMOTE"}',
+        'ootci history collect --workflow nightly.yml --since 36 --into "$RUNNER_TEMP/collected" \\ '
+        '--history "$RUNNER_TEMP/history"',
+        'ootci history merge "$RUNNER_TEMP/collected" --into "$RUNNER_TEMP/history/runs" --missing-ok',
+        'ootci history push "$RUNNER_TEMP/history" --branch ootci-data --message "ootci - collect run records" \\ '
+        '${REMOTE:+--remote "$REMOTE"}',
+        'ootci summary "$RUNNER_TEMP/collected" --step-summary',
+        'ootci history pull "$RUNNER_TEMP/tip" --branch ootci-data ${REMOTE:+--remote "$REMOTE"}',
+        'ootci dashboard build --data "$RUNNER_TEMP/tip/runs" --out "$SITE"',
+    ]
+    by_id = {s["id"]: s for s in steps if "id" in s}
+    # The token reaches only the steps that talk to GitHub, through env:.
+    for name in ("pull", "collect", "push", "tip"):
+        assert by_id[name]["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
+    assert "env" not in by_id["merge"] and "GITHUB_TOKEN" not in by_id["site"]["env"]
+    # What was collected lands even when one artifact could not be fetched.
+    assert "!cancelled()" in by_id["merge"]["if"] and "!cancelled()" in by_id["push"]["if"]
+    assert "steps.merge.outcome == 'success'" in by_id["push"]["if"]
+    assert "steps.tip.outcome == 'success'" in by_id["site"]["if"]
+    # Under act, a local bare repository stands in for the data branch's remote.
+    assert by_id["pull"]["env"]["REMOTE"] == "${{ env.ACT && format('{0}/data.git', env.OOTCI_ACT_DIR) || '' }}"
+    [upload] = [s for s in steps if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
+    assert upload["with"]["name"] == "github-pages-collect-${{ github.run_id }}-${{ github.run_attempt }}"
+    assert collect["outputs"]["site"] == "${{ steps.site.outcome }}"
+    assert "needs.collect.outputs.site == 'success'" in load(COLLECT)["jobs"]["deploy"]["if"]
+
+
+def test_every_published_site_is_built_from_the_tip_pulled_after_the_push():
+    """So that an older run (a re-run, a publisher that pushed first) never deploys an older history."""
+    def order(steps: list[dict]) -> list[str]:
+        kinds = []
+        for step in steps:
+            run = step.get("run", "")
+            for command in ("history push", "history pull", "dashboard build"):
+                if f"ootci {command}" in run:
+                    kinds.append(command)
+        return kinds
+
+    dashboard = steps_of(UPDATE_DASHBOARD)
+    assert order(dashboard) == ["history pull", "history push", "history pull", "dashboard build"]
+    assert dashboard[-2]["env"]["DATA"] == (
+        "${{ inputs.publish == 'true' && !env.ACT && format('{0}-tip', inputs.history) || inputs.history }}")
+    assert dashboard[3]["env"]["TIP"] == "${{ inputs.history }}-tip"
+    bisections = load(NIGHTLY)["jobs"]["publish-bisections"]["steps"]
+    assert order(bisections) == ["history pull", "history push", "history pull", "dashboard build"]
+    [build] = [s for s in bisections if "ootci dashboard build" in s.get("run", "")]
+    assert build["env"]["TIP"].endswith("|| format('{0}/tip', runner.temp) }}")
+    assert order(load(COLLECT)["jobs"]["collect"]["steps"])[-2:] == ["history pull", "dashboard build"]
+
+
+def test_the_nightly_still_publishes_when_the_night_ends():
+    """The collector does not replace it: only publish knows the matrix, so only it can record a
+    backend that left nothing as missing."""
+    publish = load(NIGHTLY)["jobs"]["publish"]
+    assert set(publish["needs"]) == {"plan", "backend"}
+    assert step_running(publish, "ootci history fill-missing")
+    assert any(s.get("uses") == "$/actions/update-dashboard" for s in publish["steps"])
 
 
 def test_a_source_build_of_torch_caches_what_ootci_reuses_where_ootci_keeps_it():

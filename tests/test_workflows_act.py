@@ -8,10 +8,13 @@ of the test session is reused through $OOTCI_CACHE, so torch is not installed ag
 
 from __future__ import annotations
 
+import datetime as dt
+import io
 import json
 import re
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,8 @@ from ootci.runner import record_files
 from ootci.runner.models import RunRecord, Status
 from tests.support import real_wheels
 from tests.support.act_harness import act_binary, as_called_from_elsewhere, prepare, run_act
+from tests.support.cli import ootci
+from tests.support.fake_github import REPOSITORY, TOKEN, FakeGitHub, run_artifact
 
 pytestmark = [
     pytest.mark.slow,
@@ -435,3 +440,57 @@ def test_bisect_workflow_names_the_first_bad_backend_commit_for_a_vendor(act_set
     assert "::set-output:: result=found" in result.output
     assert outcome.summary.startswith(verdict)
     assert not (ootci_act_dir / "history").exists(), "bisect.yml only reads: nothing goes to the data branch"
+
+
+def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_and_the_page(act_setup, httpserver,
+                                                                                         tmp_path):
+    """collect.yml against a local stand-in for GitHub's API (GITHUB_API_URL) and a local bare
+    repository as the data branch's remote: tonight's nightly is still running (a backend is
+    queued), and the record its finished job uploaded reaches the data branch and the page. The
+    artifact the history marks as collected already is not downloaded again."""
+    workdir, root, env = act_setup
+    ootci_act_dir = act_dir(root, "collect")
+    now = dt.datetime.now(dt.timezone.utc)
+    github = FakeGitHub(httpserver)
+    github.add_run(501, now - dt.timedelta(hours=1), status="in_progress")
+    tonight = f"{BACKEND}-{now:%Y%m%dT%H%M%SZ}-aaaaaa"
+    github.add_artifact(501, 5011, f"ootci-run-{BACKEND}-1", run_artifact(tonight, BACKEND, now))
+    github.add_run(500, now - dt.timedelta(hours=25))
+    last_night = f"{BACKEND}-{now - dt.timedelta(days=1):%Y%m%dT%H%M%SZ}-bbbbbb"
+    github.add_artifact(500, 5001, f"ootci-run-{BACKEND}-1", run_artifact(last_night, BACKEND,
+                                                                          now - dt.timedelta(days=1)))
+    # The data branch has last night's run already, marked as collected.
+    data = ootci_act_dir / "data.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(data)], check=True)
+    seed = tmp_path / "seed"
+    assert ootci("history", "pull", str(seed / "history"), "--remote", str(data)).returncode == 0
+    zipfile.ZipFile(io.BytesIO(github.blobs[5001])).extractall(seed / "artifact")
+    assert ootci("history", "merge", str(seed / "artifact"), "--into", str(seed / "history" / "runs")).returncode == 0
+    marker = seed / "history" / "collected" / f"{now - dt.timedelta(hours=25):%Y-%m-%d}" / "5001.json"
+    marker.parent.mkdir(parents=True)
+    marker.write_text(json.dumps({
+        "artifact": f"ootci-run-{BACKEND}-1", "workflow_run": 500,
+        "run_created_at": f"{now - dt.timedelta(hours=25):%Y-%m-%dT%H:%M:%SZ}", "outcome": "collected"}))
+    pushed = ootci("history", "push", str(seed / "history"), "--remote", str(data))
+    assert pushed.returncode == 0, pushed.stderr
+
+    result = run_act(workdir, "workflow_dispatch", ".github/workflows/collect.yml",
+                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "GITHUB_API_URL": github.api_url,
+                          "GITHUB_REPOSITORY": REPOSITORY},
+                     secrets={"GITHUB_TOKEN": TOKEN}, inputs={}, log=tmp_path / "act.log", stubs=root / "stubs")
+
+    assert result.returncode == 0, result.output[-6000:]
+    assert_no_gated_action_ran(result.output)
+    assert github.downloads() == [5011]
+    assert all(r.headers.get("Authorization") == f"Bearer {TOKEN}" for r in github.api_requests)
+    assert "1 artifact(s) collected" in result.output and "1 collected before" in result.output
+    branch = subprocess.run(["git", "--git-dir", str(data), "ls-tree", "-r", "--name-only", "ootci-data"],
+                            check=True, capture_output=True, text=True).stdout.split()
+    assert {f"runs/{tonight}/record.json", f"runs/{last_night}/record.json", marker.relative_to(seed / "history").as_posix(),
+            f"collected/{now - dt.timedelta(hours=1):%Y-%m-%d}/5011.json"} <= set(branch)
+    # The page was built from the branch's tip after the push: both nights are on it.
+    pages = "".join(p.read_text(errors="replace") for p in (ootci_act_dir / "site").rglob("*.html"))
+    pages += "".join(p.read_text(errors="replace") for p in (ootci_act_dir / "site").rglob("*.json"))
+    assert tonight in pages and last_night in pages
+    # Pages gets it (the deploy job's actions are gated under act, the job itself runs).
+    assert any("collect/deploy" in line and "Job succeeded" in line for line in result.output.splitlines())

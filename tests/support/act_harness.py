@@ -145,9 +145,10 @@ def as_called_from_elsewhere(repo: Path, dest: Path, sha: str) -> CalledOotci:
 
 def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], inputs: dict[str, str],
             log: Path, stubs: Path, event_payload: Path | None = None, ootci: CalledOotci | None = None,
-            labels: tuple[str, ...] = ("ubuntu-latest",), variables: dict[str, str] | None = None) -> ActResult:
+            labels: tuple[str, ...] = ("ubuntu-latest",), variables: dict[str, str] | None = None,
+            secrets: dict[str, str] | None = None) -> ActResult:
     """ootci: the ootci copy a vendor repository (workdir) calls; labels: runner labels that
-    run on this host."""
+    run on this host; secrets: `secrets.KEY` (GITHUB_TOKEN is also `github.token`)."""
     argv = [act_binary() or "act", event, "-W", workflow,
             *[arg for label in labels for arg in ("-P", f"{label}=-self-hosted")],
             "--pull=false", "--action-offline-mode",
@@ -167,6 +168,8 @@ def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], in
         argv += ["--input", f"{key}={value}"]
     for key, value in (variables or {}).items():  # repository variables: vars.KEY
         argv += ["--var", f"{key}={value}"]
+    for key, value in (secrets or {}).items():
+        argv += ["--secret", f"{key}={value}"]
     completed = subprocess.run(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                timeout=ACT_TIMEOUT_S, env={**os.environ, "NO_COLOR": "1"})
     log.write_text(completed.stdout)
