@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -25,4 +28,20 @@ def write_bytes(path: Path, data: bytes) -> None:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        raise
+
+
+@contextmanager
+def directory(target: Path) -> Iterator[Path]:
+    """A directory to fill, made beside target and renamed into its place (replacing what is
+    there) when the block ends; removed instead when the block raises. Readers of the parent
+    never see half of it."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield staging
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise

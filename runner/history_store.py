@@ -11,8 +11,8 @@ history keeps less of it, so that a year of a hundred backends fits a git branch
 - logs and JUnit files are not kept: they stay in the workflow run's artifacts, which the
   header links to (`ci_run_url`) and GitHub expires after the artifact retention.
 
-Runs enter with `add_run`, which stages the directory beside its place and renames it in,
-so the history never holds half a run.
+Runs enter with `add_run`, which fills the directory beside its place and renames it in
+(atomic.directory), so the history never holds half a run.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,17 +38,10 @@ def add_run(run_dir: Path, target: Path) -> None:
     """The run in run_dir, in the history's form, at target (replacing whatever is there)."""
     record = record_files.read(run_dir / record_files.RECORD_NAME)
     header = record_files.header(record)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with atomic.directory(target) as staging:
         if record.tests:
             header.tests_file = _store_tests(record, header, staging, target)
         atomic.write_text(staging / record_files.RECORD_NAME, header.model_dump_json(indent=2) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def _store_tests(record: RunRecord, header: RunRecord, staging: Path, target: Path) -> str:

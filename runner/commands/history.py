@@ -22,13 +22,12 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from .. import __version__, history_store, record_files, registry
+from .. import __version__, atomic, history_store, record_files, registry
 from ..errors import OotciError, OutputError, UnknownBackendError, UsageError
 from ..manifest import Manifest
 from ..pipeline import ci_run_url, new_run_id
@@ -158,15 +157,8 @@ def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str
 def copy_in(source: Path, target: Path) -> None:
     """`source` copied to `target` (replacing it) beside it first, then renamed into place:
     the history never holds half a run or half a bisection."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with atomic.directory(target) as staging:
         shutil.copytree(source, staging, dirs_exist_ok=True)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def merge_bisections(sources: list[Path], into: Path) -> dict[str, list[str]]:
