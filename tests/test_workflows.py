@@ -8,12 +8,14 @@ no expressions inside `run:`) are checked on the parsed YAML.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -191,7 +193,8 @@ def test_least_privilege_permissions(path):
 def test_every_composite_action_step_calls_ootci():
     for path in ACTIONS:
         for step in steps_of(path):
-            if "run" in step:
+            # A step only act runs stands in for a remote action act cannot fetch (artifact storage).
+            if "run" in step and not str(step.get("if", "")).startswith("${{ env.ACT &&"):
                 assert re.search(r"(^|\s)ootci |pip install", step["run"]), f"{path}: a step without ootci"
                 assert step["run"].count("\n") <= 2, f"{path}: logic belongs in Python, not in YAML"
 
@@ -567,11 +570,13 @@ SETUP = REPO / "actions" / "setup" / "action.yml"
 RUN_SUITES = REPO / "actions" / "run-suites" / "action.yml"
 
 
-def render_container(container_input: str) -> dict:
-    """backend.yml's `container:` key as GitHub evaluates it for one value of the container input."""
+def render_container(container_input: str, secrets: dict | None = None) -> dict:
+    """backend.yml's `container:` key as GitHub evaluates it for one value of the container input
+    (and the registry secrets the caller passes)."""
     spec = load(BACKEND)["jobs"]["run"]["container"]
-    inputs = {"container": container_input}
-    return {key: evaluate(value, inputs=inputs) for key, value in spec.items()}
+    contexts = {"inputs": {"container": container_input}, "secrets": secrets or {}}
+    return {key: {k: evaluate(v, **contexts) for k, v in value.items()} if isinstance(value, dict)
+            else evaluate(value, **contexts) for key, value in spec.items()}
 
 
 def matrix_entry(name: str) -> dict:
@@ -591,10 +596,18 @@ def test_backend_takes_the_container_as_json_an_image_or_nothing():
     assert shlex.split(rendered["options"]) == ["--label=ootci", "--ipc=host", "-e", "A=1",
                                                 "-v", "/opt/drv:/opt/drv:ro", "-v", "/dev/shm:/dev/shm"]
     # The key has only these fields: act decodes it into its ContainerSpec, which takes no expression
-    # for volumes or env (they travel in options).
-    assert set(rendered) == {"image", "options"}
+    # for volumes or env (they travel in options). Credentials come from secrets, never the JSON.
+    assert set(rendered) == {"image", "options", "credentials"}
     # A plain image string, as before.
-    assert render_container("ascendai/cann:8.2") == {"image": "ascendai/cann:8.2", "options": "--label=ootci  "}
+    # Without the registry secrets the credentials are null (rendered as ''): the runner logs in
+    # only when both are set (actions/runner, ContainerRegistryManager), so a public image pulls.
+    assert render_container("ascendai/cann:8.2") == {"image": "ascendai/cann:8.2", "options": "--label=ootci  ",
+                                                     "credentials": {"username": None, "password": None}}
+    private = render_container("reg.example/img:1", {"registry-username": "bot", "registry-password": "t0ken"})
+    assert private["credentials"] == {"username": "bot", "password": "t0ken"}
+    secrets = load(BACKEND)["on"]["workflow_call"]["secrets"]
+    assert {"registry-username", "registry-password"} <= set(secrets)
+    assert not any(s["required"] for s in secrets.values())
     # Empty: an empty image, which GitHub runs on the runner itself (actions/runner#2235).
     assert render_container("")["image"] == ""
     # No field is ever an empty string where GitHub wants a non-empty one.
@@ -696,7 +709,7 @@ def test_setup_with_the_images_python_installs_nothing_into_the_image(tmp_path):
 def test_pip_index_secret_is_optional_and_only_in_the_env_of_the_installing_steps():
     doc = load(BACKEND)
     secrets = doc["on"]["workflow_call"]["secrets"]
-    assert set(secrets) == {"pip-extra-index-url"}
+    assert set(secrets) == {"pip-extra-index-url", "registry-username", "registry-password"}
     assert all(spec["required"] is False for spec in secrets.values())
     job = doc["jobs"]["run"]
     using = [s.get("uses") for s in job["steps"] if "secrets." in json.dumps(s)]
@@ -705,7 +718,11 @@ def test_pip_index_secret_is_optional_and_only_in_the_env_of_the_installing_step
         if step.get("uses") in using:
             assert step["env"] == {"PIP_EXTRA_INDEX_URL": "${{ secrets.pip-extra-index-url }}"}
             assert "secrets." not in json.dumps(step.get("with", {}))
-    assert "secrets." not in json.dumps({k: v for k, v in job.items() if k != "steps"})
+    # Outside the steps, only the container's credentials read secrets: the registry pair.
+    outside = {k: v for k, v in job.items() if k != "steps"}
+    assert "secrets." not in json.dumps({**outside, "container": {**outside["container"], "credentials": None}})
+    assert outside["container"]["credentials"] == {"username": "${{ secrets.registry-username }}",
+                                                   "password": "${{ secrets.registry-password }}"}
 
 
 def test_nightly_passes_the_manifests_container_settings_from_the_matrix():
@@ -744,13 +761,92 @@ def test_a_matrix_of_calls_for_one_backend_uploads_one_artifact_each():
     [publish] = [s for s in backend["jobs"]["run"]["steps"] if s.get("id") == "publish"]
     template = publish["with"]["artifact"]
 
-    def name(suffix: str, attempt: int = 1) -> str:
+    def name(suffix: str, attempt: int = 1, shards: int = 1, shard: int = 1, template: str = template) -> str:
         rendered = re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
-            m.group(1), inputs={"backend": "ci/backend.toml", "artifact-suffix": suffix},
-            github={"run_attempt": attempt})), template)
+            m.group(1), inputs={"backend": "ci/backend.toml", "artifact-suffix": suffix, "shards": shards},
+            github={"run_attempt": attempt}, matrix={"shard": shard})), template)
         return artifact_name(rendered)
 
     assert name("") == "ootci-run-ci-backend.toml-1"  # what a single call has always uploaded
     names = {name("torch-2.14.0"), name("torch-2.15.0"), name("nightly"), name("")}
     assert len(names) == 4
     assert name("nightly", attempt=2) != name("nightly", attempt=1)
+    # Sharded: one artifact per shard for the merge job, and the merged record under the usual name.
+    shard_names = {name("", shards=3, shard=k) for k in (1, 2, 3)}
+    assert shard_names == {f"ootci-shard-ci-backend.toml-{k}-1" for k in (1, 2, 3)}
+    [merged] = [s for s in backend["jobs"]["merge"]["steps"] if s.get("id") == "publish"]
+    assert name("", shards=3, template=merged["with"]["artifact"]) == "ootci-run-ci-backend.toml-1"
+    # The merge job downloads exactly its shards: the pattern is worked out in bash, run here for real,
+    # as `ootci summary` makes the names safe, for hostile backend names and suffixes too.
+    [names] = [s for s in backend["jobs"]["merge"]["steps"] if s.get("id") == "shard-artifacts"]
+
+    def pattern(backend_name: str, suffix: str) -> str:
+        prefix = re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
+            m.group(1), inputs={"backend": backend_name, "artifact-suffix": suffix})), names["env"]["PREFIX"])
+        out = Path(tempfile.mkdtemp()) / "out"
+        subprocess.run(["bash", "-eo", "pipefail", "-c", names["run"]], check=True,
+                       env={"PATH": "/usr/bin:/bin", "PREFIX": prefix, "SHARDS": "3", "ATTEMPT": "1",
+                            "GITHUB_OUTPUT": str(out)})
+        return out.read_text().strip().removeprefix("pattern=")
+
+    def matches(artifact: str, brace_pattern: str) -> bool:  # download-artifact's minimatch: {a,b} is a or b
+        return any(fnmatch.fnmatchcase(artifact, p) for p in brace_pattern.strip("{}").split(","))
+
+    assert all(matches(n, pattern("ci/backend.toml", "")) for n in shard_names)
+    assert not matches(name("torch-2.14.0", shards=3, shard=1), pattern("ci/backend.toml", ""))
+    for hostile, suffix in (("a//b::c", "x y"), ("ascend-npu", "torch 2.15.0+cu130"), ("é/ü", "")):
+        shard = name(suffix, shards=2, shard=2).replace("ci-backend.toml", artifact_name(hostile))
+        uploaded = artifact_name(re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
+            m.group(1), inputs={"backend": hostile, "artifact-suffix": suffix, "shards": 2},
+            github={"run_attempt": 1}, matrix={"shard": 2})), template))
+        assert matches(uploaded, pattern(hostile, suffix)), (uploaded, pattern(hostile, suffix), shard)
+
+
+def test_backend_runs_one_job_per_shard_and_merges_them_only_when_sharded():
+    backend = load(BACKEND)
+    assert backend["on"]["workflow_call"]["inputs"]["shards"] == {**backend["on"]["workflow_call"]["inputs"]["shards"],
+                                                                  "type": "number", "default": 1}
+    run, merge = backend["jobs"]["run"], backend["jobs"]["merge"]
+    for n in (1, 3, 16):
+        assert evaluate(run["strategy"]["matrix"]["shard"], inputs={"shards": n}) == list(range(1, n + 1))
+        assert evaluate(merge["if"].replace("!cancelled() && ", ""), inputs={"shards": n}) is (n > 1)
+    assert run["strategy"]["fail-fast"] is False  # a shard that fails must not cancel the others
+    [suites] = [s for s in run["steps"] if s.get("uses") == "$/actions/run-suites"]
+    assert evaluate(suites["with"]["shard"], inputs={"shards": 3}, matrix={"shard": 2}) == "2/3"
+    assert evaluate(suites["with"]["shard"], inputs={"shards": 1}, matrix={"shard": 1}) == ""
+    # The merge expects all N: a shard whose job died is missing tests in the record, never a pass.
+    [merging] = [s for s in merge["steps"] if "ootci shards merge" in s.get("run", "")]
+    assert '--expect "$EXPECT"' in merging["run"] and merging["env"]["EXPECT"] == "${{ inputs.shards }}"
+    outputs = backend["on"]["workflow_call"]["outputs"]
+    assert outputs["status"]["value"] == "${{ jobs.merge.outputs.status || jobs.run.outputs.status }}"
+
+
+def test_backend_caches_torch_layers_and_wheels_with_keys_a_pr_workflow_never_shares_with_the_nightly(tmp_path):
+    run = load(BACKEND)["jobs"]["run"]
+    steps = {s.get("id"): s for s in run["steps"]}
+    key_step = steps["cache-key"]
+    assert "inputs.cache" in key_step["if"] and "inputs.python == ''" in key_step["if"]
+
+    def keys(workflow: str, spec: str) -> dict[str, str]:
+        prefix = re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
+            m.group(1), github={"workflow": workflow}, runner={"os": "Linux", "arch": "X64"},
+            inputs={"python-version": "3.11"})), key_step["env"]["PREFIX"])
+        out = tmp_path / "out"
+        out.unlink(missing_ok=True)
+        subprocess.run(["bash", "-eo", "pipefail", "-c", key_step["run"]], check=True, timeout=120,
+                       env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "TORCH_SPEC": spec,
+                            "PREFIX": prefix, "BACKEND": "ci/backend.toml", "SOURCES": "abc123",
+                            "GITHUB_OUTPUT": str(out)})
+        return dict(line.split("=", 1) for line in out.read_text().splitlines())
+
+    nightly, pr = keys("ootci nightly", "2.13.0"), keys("ootci pytorch-pr", "2.13.0")
+    assert nightly["layer"] != pr["layer"] and not pr["layer"].startswith(nightly["wheels"])
+    assert not nightly["wheels"].startswith(pr["wheels"]) and not pr["wheels"].startswith(nightly["wheels"])
+    assert keys("ootci nightly", "2.14.0")["layer"] != nightly["layer"]  # a layer per torch
+    assert nightly == keys("ootci nightly", "2.13.0")  # and the same key for the same torch
+    assert re.fullmatch(r"[A-Za-z0-9 ._-]+", nightly["wheels"])  # no ',' (actions/cache splits keys on it)
+    # The layer's key is exact; the wheels fall back only within their own workflow, torch and backend.
+    assert "restore-keys" not in steps["layer-cache"]["with"]
+    assert steps["wheel-cache"]["with"]["restore-keys"] == "${{ steps.cache-key.outputs.wheels }}"
+    saves = [s for s in run["steps"] if "actions/cache/save@" in s.get("uses", "")]
+    assert [s["with"]["key"] for s in saves] == [steps["layer-cache"]["with"]["key"], steps["wheel-cache"]["with"]["key"]]

@@ -101,6 +101,31 @@ def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path)
     assert (run_dir / "logs" / "smoke.log").is_file() and (run_dir / "logs" / "autoload.log").is_file()
 
 
+@needs_openreg
+def test_backend_workflow_with_three_shards_publishes_one_merged_record_with_the_unsharded_tests(act_setup,
+                                                                                               tmp_path):
+    workdir, root, env = act_setup
+    ootci_act_dir = act_dir(root, "sharded")
+    result = run_act(workdir, "workflow_dispatch", "tests/workflows/caller.yml",
+                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir)},
+                     inputs={"backend": BACKEND, "torch": TORCH, "suites": "smoke", "shards": "3"},
+                     log=tmp_path / "act.log", stubs=root / "stubs")
+
+    assert result.returncode == 0, result.output[-6000:]
+    assert f"backend.yml outputs status=passed artifact=ootci-run-{BACKEND}-1" in result.output
+    shards = [records_under(ootci_act_dir / "artifacts" / f"ootci-shard-{BACKEND}-{k}-1") for k in (1, 2, 3)]
+    assert [[r.shard for r in records] for records in shards] == [["1/3"], ["2/3"], ["3/3"]]
+    [merged] = records_under(ootci_act_dir / "artifacts" / f"ootci-run-{BACKEND}-1")
+    assert merged.shard is None and merged.status is Status.passed
+    # The same tests with the same outcomes as one unsharded run of the suite.
+    whole = tmp_path / "whole"
+    assert ootci("run", BACKEND, "--torch", TORCH, "--suites", "smoke", "--out", str(whole),
+                 timeout=900).returncode == 0
+    [unsharded] = records_under(whole)
+    assert {t.id: t.outcome for t in merged.tests} == {t.id: t.outcome for t in unsharded.tests}
+    assert sorted(len(records[0].tests) for records in shards) != [0, 0, len(merged.tests)]  # really split
+
+
 # A backend whose CI job never starts: no runner has its labels. (A job that fails while act
 # sets it up, e.g. its container cannot start, ends act's whole run, so it cannot stand in here.)
 GHOST_MANIFEST = """\

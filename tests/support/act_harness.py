@@ -152,6 +152,9 @@ def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], in
     argv = [act_binary() or "act", event, "-W", workflow,
             *[arg for label in labels for arg in ("-P", f"{label}=-self-hosted")],
             "--pull=false", "--action-offline-mode",
+            # Host mode runs every job in this one environment, where GitHub gives each its own
+            # runner: jobs at the same time (a matrix of shards) would install into one Python at once.
+            "--concurrent-jobs", "1",
             # act probes for a Docker engine even in host mode; there is none here.
             "--container-daemon-socket", "-"]
     action_roots = [workdir] if ootci is None else [workdir, ootci.root]

@@ -2,8 +2,8 @@
 GitHub does, so a test can render what an expression in a workflow gives for given inputs.
 
 Literals (strings in single quotes, numbers, true, false, null), contexts (`inputs.login-shell`,
-`secrets.x`), property access and indexing (null on a missing key), `!`, `==`, `!=` (strings
-compared case-insensitively), `&&` and `||` (which return an operand, not a boolean), and the
+`secrets.x`), property access and indexing (null on a missing key), `!`, `==`, `!=`, `<`, `<=`,
+`>`, `>=` (strings compared case-insensitively, other values as numbers), `&&` and `||` (which return an operand, not a boolean), and the
 functions startsWith, endsWith, contains, format, join, fromJSON and toJSON. Anything else is an
 error, never a guess.
 """
@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^']|'')*')|(?P<num>-?\d+(?:\.\d+)?)|(?P<op>&&|\|\||==|!=|[!().,\[\]])
+TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^']|'')*')|(?P<num>-?\d+(?:\.\d+)?)|(?P<op>&&|\|\||==|!=|<=|>=|[<>!().,\[\]])
                        |(?P<id>[A-Za-z_][A-Za-z0-9_-]*))""", re.X)
 
 
@@ -47,22 +47,33 @@ def to_string(value: Any) -> str:
     return str(value)
 
 
+def number(v: Any) -> float:
+    """A value as GitHub coerces it for a loose comparison: null, false and '' are 0, true 1."""
+    if v is None or v is False or v == "":
+        return 0.0
+    if v is True:
+        return 1.0
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 def equal(a: Any, b: Any) -> bool:
     if isinstance(a, str) and isinstance(b, str):
         return a.casefold() == b.casefold()
     if type(a) is not type(b):
-        # Loose equality: both sides as numbers (null 0, false 0, '' 0).
-        def number(v):
-            if v is None or v is False or v == "":
-                return 0.0
-            if v is True:
-                return 1.0
-            try:
-                return float(v)
-            except (TypeError, ValueError):
-                return float("nan")
-        return number(a) == number(b)
+        return number(a) == number(b)  # loose equality: both sides as numbers
     return a == b
+
+
+def ordered(a: Any, op: str, b: Any) -> bool:
+    """a < b (and <=, >, >=): strings case-insensitively, anything else as numbers (NaN: false)."""
+    if isinstance(a, str) and isinstance(b, str):
+        a, b = a.casefold(), b.casefold()
+    else:
+        a, b = number(a), number(b)
+    return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
 
 
 def _format(template: str, *args: Any) -> str:
@@ -142,10 +153,13 @@ class _Parser:
 
     def compare(self) -> Any:
         value = self.unary()
-        while self.peek() in (("op", "=="), ("op", "!=")):
+        while self.peek() in (("op", "=="), ("op", "!="), ("op", "<"), ("op", "<="), ("op", ">"), ("op", ">=")):
             op = self.take()[1]
-            same = equal(value, self.unary())
-            value = same if op == "==" else not same
+            if op in ("==", "!="):
+                same = equal(value, self.unary())
+                value = same if op == "==" else not same
+            else:
+                value = ordered(value, op, self.unary())
         return value
 
     def unary(self) -> Any:
