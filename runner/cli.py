@@ -25,6 +25,7 @@ COMMANDS = [
     "relay",
     "bisect",
     "shards",
+    "cache_key",
 ]
 
 

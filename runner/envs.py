@@ -113,6 +113,14 @@ def _finish(env: Env, meta: dict) -> None:
     os.replace(tmp, env.ready_marker)
 
 
+def layer_key(key_parts: object, extra_packages: list[str] | None = None) -> str:
+    """The directory name of the torch layer for a torch plan's key, under $OOTCI_CACHE/torch.
+
+    Also what `ootci cache-key` names a workflow's cache after, so that the cache restored
+    is exactly the layer this interpreter would build."""
+    return digest("torch-layer", key_parts, LAYER_PACKAGES + list(extra_packages or []), python_tag())
+
+
 def torch_layer(
     install_args: list[str],
     key_parts: object,
@@ -124,8 +132,7 @@ def torch_layer(
 ) -> tuple[Env, bool]:
     """The cached venv holding torch (installed from install_args); returns (env, reused)."""
     packages = LAYER_PACKAGES + list(extra_packages or [])
-    key = digest("torch-layer", key_parts, packages, python_tag())
-    env = Env((cache or cache_root()) / "torch" / key)
+    env = Env((cache or cache_root()) / "torch" / layer_key(key_parts, extra_packages))
     env.root.parent.mkdir(parents=True, exist_ok=True)
     # Parallel runs (and pytest-xdist workers) share the cache: one builds, the rest wait.
     with FileLock(os.fspath(env.root) + ".lock"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import site
 import sysconfig
@@ -69,6 +70,31 @@ def checkout(manifest: Manifest, cache: Path, *, log: Path, timeout: float) -> t
     if not package.is_dir():
         raise ManifestError(f"{manifest.path}: field 'source.subdir': {src.subdir!r} is not a directory in {src.git}")
     return package, head.output_tail.strip()
+
+
+def remote_commit(manifest: Manifest, *, timeout: float = 120) -> str:
+    """The commit a git source's ref names now, asked with `git ls-remote` (nothing is cloned).
+
+    A full commit is its own answer, and so is an abbreviated one (a remote lists refs,
+    not commits); a branch or tag is looked up, as `checkout` would find it."""
+    src = manifest.source
+    assert src.git
+    if re.fullmatch(r"[0-9a-f]{7,40}", src.ref):
+        return src.ref
+    result = procs.run([*GIT, "ls-remote", "--", src.git, src.ref], timeout=timeout,
+                       env=dict(os.environ, GIT_TERMINAL_PROMPT="0"))
+    if not result.ok:
+        why = "timed out" if result.timed_out else (result.output_tail.strip().splitlines() or ["no output"])[-1]
+        raise ManifestError(f"{manifest.path}: field 'source.git': cannot read {src.git}: {why}")
+    refs = {}
+    for line in result.output_tail.splitlines():
+        commit, _, ref = line.partition("\t")
+        if ref:
+            refs[ref.strip()] = commit.strip()
+    for candidate in (src.ref, f"refs/heads/{src.ref}", f"refs/tags/{src.ref}^{{}}", f"refs/tags/{src.ref}"):
+        if candidate in refs:
+            return refs[candidate]
+    raise ManifestError(f"{manifest.path}: field 'source.ref': no such ref {src.ref!r} in {src.git}")
 
 
 def _installed_trees() -> list[Path]:

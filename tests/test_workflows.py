@@ -810,43 +810,136 @@ def test_backend_runs_one_job_per_shard_and_merges_them_only_when_sharded():
     for n in (1, 3, 16):
         assert evaluate(run["strategy"]["matrix"]["shard"], inputs={"shards": n}) == list(range(1, n + 1))
         assert evaluate(merge["if"].replace("!cancelled() && ", ""), inputs={"shards": n}) is (n > 1)
+    assert merge["needs"] == "run" and "!cancelled()" in merge["if"]  # merges what the shards that ran left
     assert run["strategy"]["fail-fast"] is False  # a shard that fails must not cancel the others
     [suites] = [s for s in run["steps"] if s.get("uses") == "$/actions/run-suites"]
     assert evaluate(suites["with"]["shard"], inputs={"shards": 3}, matrix={"shard": 2}) == "2/3"
     assert evaluate(suites["with"]["shard"], inputs={"shards": 1}, matrix={"shard": 1}) == ""
+    assert suites["with"]["shard-group"] == "${{ steps.shard-group.outputs.id }}"
     # The merge expects all N: a shard whose job died is missing tests in the record, never a pass.
     [merging] = [s for s in merge["steps"] if "ootci shards merge" in s.get("run", "")]
     assert '--expect "$EXPECT"' in merging["run"] and merging["env"]["EXPECT"] == "${{ inputs.shards }}"
-    outputs = backend["on"]["workflow_call"]["outputs"]
-    assert outputs["status"]["value"] == "${{ jobs.merge.outputs.status || jobs.run.outputs.status }}"
 
 
-def test_backend_caches_torch_layers_and_wheels_with_keys_a_pr_workflow_never_shares_with_the_nightly(tmp_path):
+def test_backend_outputs_name_the_merged_record_when_sharded_and_the_runs_otherwise():
+    outputs = load(BACKEND)["on"]["workflow_call"]["outputs"]
+
+    def output(name: str, shards: int, run: dict, merge: dict) -> str:
+        return evaluate(outputs[name]["value"], inputs={"shards": shards},
+                        jobs={"run": {"outputs": run}, "merge": {"outputs": merge}})
+
+    shard = {"status": "passed", "artifact": "ootci-shard-openreg-3-1"}
+    merged = {"status": "failed", "artifact": "ootci-run-openreg-1"}
+    assert output("status", 1, {"status": "passed", "artifact": "ootci-run-openreg-1"}, {}) == "passed"
+    assert output("artifact", 1, {"status": "passed", "artifact": "ootci-run-openreg-1"}, {}) == "ootci-run-openreg-1"
+    assert output("status", 3, shard, merged) == "failed" and output("artifact", 3, shard, merged) == merged["artifact"]
+    # A merge job that died before publishing: no record, never the last shard's status or artifact.
+    assert output("status", 3, shard, {}) == "missing" and output("artifact", 3, shard, {}) == ""
+
+
+def shard_group_of(backend_name: str, suffix: str, run_id: str = "123456789") -> str:
+    """The shard group backend.yml's step works out, run in bash as GitHub would."""
+    [step] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "shard-group"]
+    call = re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
+        m.group(1), inputs={"backend": backend_name, "artifact-suffix": suffix})), step["env"]["CALL"])
+    assert step["env"]["RUN_ID"] == "${{ github.run_id }}"
+    out = Path(tempfile.mkdtemp()) / "out"
+    subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], check=True,
+                   env={"PATH": "/usr/bin:/bin", "RUN_ID": run_id, "CALL": call, "GITHUB_OUTPUT": str(out)})
+    return out.read_text().strip().removeprefix("id=")
+
+
+def test_the_shards_of_one_call_share_a_group_no_other_call_has():
+    from ootci.runner.commands.shards import check_group
+
+    [step] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "shard-group"]
+    assert evaluate(step["if"], inputs={"shards": 1}) is False  # unsharded: ootci run as before
+    calls = [("openreg", ""), ("openreg", "torch-2.14.0"), ("openreg", "torch-2.15.0"), ("ci/backend.toml", ""),
+             ("a//b::c", "x y"), ("é/ü", "")]
+    long = "a-vendor-backend-with-a-long-name/ci/backend.toml"
+    calls += [(long, "torch-2.14.0"), (long, "torch-2.15.0")]  # equal in their first 24 characters
+    groups = [shard_group_of(*call) for call in calls]
+    assert len(set(groups)) == len(calls)
+    assert all(check_group(g) == g for g in groups)  # what `ootci run --shard-group` takes
+    # The same for every shard and attempt of one call (the matrix and the attempt are not in it),
+    # another for another workflow run.
+    assert shard_group_of("openreg", "") == groups[0] != shard_group_of("openreg", "", run_id="987654321")
+    assert not any("matrix." in v or "run_attempt" in v for v in step["env"].values())
+
+
+def test_the_merge_downloads_every_attempt_of_its_shards():
+    backend = load(BACKEND)
+    [names] = [s for s in backend["jobs"]["merge"]["steps"] if s.get("id") == "shard-artifacts"]
+    out = Path(tempfile.mkdtemp()) / "out"
+    prefix = re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
+        m.group(1), inputs={"backend": "openreg", "artifact-suffix": ""})), names["env"]["PREFIX"])
+    subprocess.run(["bash", "-eo", "pipefail", "-c", names["run"]], check=True,
+                   env={"PATH": "/usr/bin:/bin", "PREFIX": prefix, "SHARDS": "2", "ATTEMPT": "2",
+                        "GITHUB_OUTPUT": str(out)})
+    pattern = out.read_text().strip().removeprefix("pattern=")
+    # "Re-run failed jobs" re-ran shard 2 only: shard 1's record is in attempt 1's artifact.
+    assert sorted(pattern.strip("{}").split(",")) == sorted(
+        f"ootci-shard-openreg-{k}-{a}" for k in (1, 2) for a in (1, 2))
+
+
+def cache_step_outputs(trigger_inputs: dict, event: str, env: dict[str, str]) -> dict[str, str]:
+    """What backend.yml's cache-key step writes to $GITHUB_OUTPUT, run for real with this ootci."""
+    [step] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "cache-key"]
+    rendered = {name: str(evaluate(value, inputs={"backend": "openreg", "torch": "2.13.0", "torch-artifact": "",
+                                                  **trigger_inputs},
+                                   github={"event_name": event}, runner={"temp": "/tmp"}))
+                for name, value in step["env"].items()}
+    out = Path(tempfile.mkdtemp()) / "out"
+    subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], check=True, timeout=120,
+                   env={**env, "PATH": f"{BIN}:/usr/bin:/bin", **rendered, "GITHUB_OUTPUT": str(out)})
+    return dict(line.split("=", 1) for line in out.read_text().splitlines())
+
+
+def rendered_with(value: str, outputs: dict[str, str]) -> list[str]:
+    """A `with:` value of a cache step, rendered with the cache-key step's outputs, as lines."""
+    text = re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
+        m.group(1), steps={"cache-key": {"outputs": outputs}}) or ""), value)
+    return [line.strip() for line in text.splitlines() if line.strip()]  # as actions/cache reads a list
+
+
+def test_backend_caches_torch_layers_and_wheels_and_a_pr_run_never_writes_what_the_nightly_reads(tmp_path):
     run = load(BACKEND)["jobs"]["run"]
     steps = {s.get("id"): s for s in run["steps"]}
     key_step = steps["cache-key"]
-    assert "inputs.cache" in key_step["if"] and "inputs.python == ''" in key_step["if"]
+    assert evaluate(key_step["if"], inputs={"cache": True, "python": ""}, env={}) is True
+    assert evaluate(key_step["if"], inputs={"cache": False, "python": ""}, env={}) is False  # the input
+    assert evaluate(key_step["if"], inputs={"cache": True, "python": ""}, env={"ACT": "true"}) is False
+    assert evaluate(key_step["if"], inputs={"cache": True, "python": "/usr/bin/python3"}, env={}) is False
+    # The trigger the key is made for is the one `ootci run` records.
+    [suites] = [s for s in run["steps"] if s.get("uses") == "$/actions/run-suites"]
+    assert key_step["env"]["TRIGGER"] == suites["with"]["trigger"]
 
-    def keys(workflow: str, spec: str) -> dict[str, str]:
-        prefix = re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
-            m.group(1), github={"workflow": workflow}, runner={"os": "Linux", "arch": "X64"},
-            inputs={"python-version": "3.11"})), key_step["env"]["PREFIX"])
-        out = tmp_path / "out"
-        out.unlink(missing_ok=True)
-        subprocess.run(["bash", "-eo", "pipefail", "-c", key_step["run"]], check=True, timeout=120,
-                       env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "TORCH_SPEC": spec,
-                            "PREFIX": prefix, "BACKEND": "ci/backend.toml", "SOURCES": "abc123",
-                            "GITHUB_OUTPUT": str(out)})
-        return dict(line.split("=", 1) for line in out.read_text().splitlines())
+    env = {"OOTCI_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path)}
+    nightly = cache_step_outputs({"trigger": ""}, "schedule", env)
+    manual = cache_step_outputs({"trigger": ""}, "workflow_dispatch", env)
+    pr = cache_step_outputs({"trigger": "pr"}, "repository_dispatch", env)
+    assert nightly == manual and nightly["torch-path"] == str(tmp_path / "cache" / "torch")
 
-    nightly, pr = keys("ootci nightly", "2.13.0"), keys("ootci pytorch-pr", "2.13.0")
-    assert nightly["layer"] != pr["layer"] and not pr["layer"].startswith(nightly["wheels"])
-    assert not nightly["wheels"].startswith(pr["wheels"]) and not pr["wheels"].startswith(nightly["wheels"])
-    assert keys("ootci nightly", "2.14.0")["layer"] != nightly["layer"]  # a layer per torch
-    assert nightly == keys("ootci nightly", "2.13.0")  # and the same key for the same torch
-    assert re.fullmatch(r"[A-Za-z0-9 ._-]+", nightly["wheels"])  # no ',' (actions/cache splits keys on it)
-    # The layer's key is exact; the wheels fall back only within their own workflow, torch and backend.
-    assert "restore-keys" not in steps["layer-cache"]["with"]
-    assert steps["wheel-cache"]["with"]["restore-keys"] == "${{ steps.cache-key.outputs.wheels }}"
+    restores = [s for s in run["steps"] if "actions/cache/restore@" in s.get("uses", "")]
     saves = [s for s in run["steps"] if "actions/cache/save@" in s.get("uses", "")]
-    assert [s["with"]["key"] for s in saves] == [steps["layer-cache"]["with"]["key"], steps["wheel-cache"]["with"]["key"]]
+    assert [s["id"] for s in restores] == ["layer-cache", "wheel-cache"] and len(saves) == 2
+
+    def restored_by(outputs: dict[str, str]) -> list[str]:
+        return [k for s in restores for k in rendered_with(s["with"]["key"], outputs)
+                + rendered_with(s["with"].get("restore-keys", ""), outputs)]
+
+    def saved_by(outputs: dict[str, str]) -> list[str]:
+        return [k for s in saves for k in rendered_with(s["with"]["key"], outputs)]
+
+    # actions/cache restores the exact key, else the newest entry whose key starts with a restore key.
+    assert not any(saved.startswith(read) for saved in saved_by(pr) for read in restored_by(nightly))
+    assert not any(saved.startswith(read) for saved in saved_by(pr) for read in restored_by(manual))
+    assert all(key.startswith("ootci-pr-") for key in saved_by(pr))
+    # A PR run may start from the nightly's entries (read-only).
+    assert all(any(saved.startswith(read) for read in restored_by(pr)) for saved in saved_by(nightly))
+    # Saved under the key that was restored, from the same path, only when it missed.
+    for restore, save in zip(restores, saves):
+        assert save["with"] == {"path": restore["with"]["path"], "key": restore["with"]["key"]}
+        assert f"steps.{restore['id']}.outputs.cache-hit != 'true'" in save["if"] and "always()" in save["if"]
+    # Nothing of it under act, where remote actions only stand in.
+    assert all("!env.ACT" in s["if"] for s in restores + saves)

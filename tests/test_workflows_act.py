@@ -115,6 +115,9 @@ def test_backend_workflow_with_three_shards_publishes_one_merged_record_with_the
     assert f"backend.yml outputs status=passed artifact=ootci-run-{BACKEND}-1" in result.output
     shards = [records_under(ootci_act_dir / "artifacts" / f"ootci-shard-{BACKEND}-{k}-1") for k in (1, 2, 3)]
     assert [[r.shard for r in records] for records in shards] == [["1/3"], ["2/3"], ["3/3"]]
+    # One shard group for the three, the one backend.yml made for this call (not ootci's default).
+    [group] = {r.shard_group for records in shards for r in records}
+    assert group.startswith("gh-") and group != f"gh-{group.split('-')[1]}"
     [merged] = records_under(ootci_act_dir / "artifacts" / f"ootci-run-{BACKEND}-1")
     assert merged.shard is None and merged.status is Status.passed
     # The same tests with the same outcomes as one unsharded run of the suite.
