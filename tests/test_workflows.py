@@ -525,7 +525,8 @@ def test_every_published_site_is_built_from_the_tip_pulled_after_the_push():
     dashboard = steps_of(UPDATE_DASHBOARD)
     assert order(dashboard) == ["history pull", "history push", "history pull", "dashboard build"]
     assert dashboard[-2]["env"]["DATA"] == (
-        "${{ inputs.publish == 'true' && !env.ACT && format('{0}-tip', inputs.history) || inputs.history }}")
+        "${{ inputs.publish == 'true' && (!env.ACT || inputs.remote != '') && format('{0}-tip', inputs.history) "
+        "|| inputs.history }}")
     assert dashboard[3]["env"]["TIP"] == "${{ inputs.history }}-tip"
     bisections = load(NIGHTLY)["jobs"]["publish-bisections"]["steps"]
     assert order(bisections) == ["history pull", "history push", "history pull", "dashboard build"]

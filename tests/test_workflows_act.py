@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -155,6 +156,7 @@ def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboar
     registry = tmp_path / "registry"
     (registry / "ghost").mkdir(parents=True)
     (registry / "ghost" / "backend.toml").write_text(GHOST_MANIFEST)
+    data = bare_data_repository(ootci_act_dir)
     result = run_act(workdir, "workflow_dispatch", ".github/workflows/nightly.yml",
                      env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_REGISTRY": str(registry)},
                      inputs={"backends": f"{BACKEND} ghost", "torch": TORCH, "suites": "smoke"},
@@ -168,6 +170,7 @@ def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboar
 
     records = {r.backend: r for r in records_under(ootci_act_dir / "history" / "runs")}
     assert set(records) == {BACKEND, "ghost"}
+    assert record_paths_on_data_branch(data) == {f"runs/{r.run_id}/record.json" for r in records.values()}
     record, ghost = records[BACKEND], records["ghost"]
     assert record.backend == BACKEND and record.trigger == "nightly" and record.status is Status.passed
     assert ghost.status is Status.missing and ghost.trigger == "nightly" and ghost.torch.spec == TORCH
@@ -187,6 +190,111 @@ def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboar
     assert "ootci bisect --turned-red" in result.output
     assert not any("bisect.json" in p.name for p in ootci_act_dir.rglob("*"))
     assert "Run Main ootci bisect \"$BACKEND\"" not in result.output
+
+
+def bare_data_repository(ootci_act_dir: Path) -> Path:
+    """The data branch's remote under act (nightly.yml passes $OOTCI_ACT_DIR/data.git to update-dashboard)."""
+    data = ootci_act_dir / "data.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(data)], check=True)
+    return data
+
+
+def record_paths_on_data_branch(data: Path) -> set[str]:
+    listed = subprocess.run(["git", "--git-dir", str(data), "ls-tree", "-r", "--name-only", "ootci-data"],
+                            check=True, capture_output=True, text=True).stdout.split()
+    return {name for name in listed if name.endswith("/record.json")}
+
+
+ANOTHER_PUBLISHER_HOOK = """\
+#!{python}
+# post-receive: right after the first push this hook sees, another publisher's records land on the tip.
+import os, pathlib, subprocess
+done = pathlib.Path("another-publisher-pushed")
+if not done.exists():
+    done.touch()
+    env = {{**os.environ, "GIT_INDEX_FILE": os.path.abspath("another-publisher-index"),
+            "GIT_AUTHOR_NAME": "another publisher", "GIT_AUTHOR_EMAIL": "other@example.invalid",
+            "GIT_COMMITTER_NAME": "another publisher", "GIT_COMMITTER_EMAIL": "other@example.invalid"}}
+    def git(*args):
+        return subprocess.run(["git", *args], env=env, check=True, capture_output=True, text=True).stdout.strip()
+    git("read-tree", "refs/heads/ootci-data")
+    files = pathlib.Path({files!r})
+    for path in sorted(p for p in files.rglob("*") if p.is_file()):
+        blob = git("hash-object", "-w", str(path))
+        git("update-index", "--add", "--cacheinfo", f"100644,{{blob}},{{path.relative_to(files).as_posix()}}")
+    commit = git("commit-tree", git("write-tree"), "-p", "refs/heads/ootci-data", "-m", "another publisher")
+    git("update-ref", "refs/heads/ootci-data", commit)
+"""
+
+
+def push_after_the_next_push(data: Path, files: Path) -> None:
+    """Another publisher's commit (files, laid out as on the data branch) lands on the tip right
+    after the next push to `data`: between a publisher's push and the pull of the tip it builds from."""
+    hook = data / "hooks" / "post-receive"
+    hook.write_text(ANOTHER_PUBLISHER_HOOK.format(python=sys.executable, files=str(files)))
+    hook.chmod(0o755)
+
+
+@needs_openreg
+@needs_dashboard
+def test_a_rerun_of_the_nightly_publishes_each_record_once_and_one_site_from_the_data_branch_tip(act_setup,
+                                                                                                  tmp_path):
+    """"Re-run failed jobs" on GitHub: the same run, attempt 2. The backend job runs again and
+    uploads its artifact beside attempt 1's (a run's artifacts outlive its attempts), and publish
+    runs again on a fresh runner. Between the two attempts another publisher (the collector, a
+    PR run) pushed a record of a backend this run does not have, and a third one pushes right
+    after the re-run's own push (a hook on the data branch's remote). The re-run adds only its new
+    record, and the site it builds comes from the data branch's tip as it is after its push: every
+    run once, both other publishers' too, never the history this job merged into."""
+    workdir, root, env = act_setup
+    ootci_act_dir = act_dir(root, "rerun")
+    data = bare_data_repository(ootci_act_dir)
+    artifacts, site = ootci_act_dir / "artifacts", ootci_act_dir / "site"
+
+    def attempt(number: int) -> None:
+        result = run_act(workdir, "workflow_dispatch", ".github/workflows/nightly.yml",
+                         env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "GITHUB_RUN_ID": "4711",
+                              "GITHUB_RUN_ATTEMPT": str(number)},
+                         inputs={"backends": BACKEND, "torch": TORCH, "suites": "smoke"},
+                         log=tmp_path / f"act-{number}.log", stubs=root / "stubs")
+        assert result.returncode == 0, result.output[-6000:]
+        assert_no_gated_action_ran(result.output)
+
+    attempt(1)
+    [first] = records_under(artifacts)
+    assert record_paths_on_data_branch(data) == {f"runs/{first.run_id}/record.json"}
+
+    now = dt.datetime.now(dt.timezone.utc)
+    other = f"latecomer-{now:%Y%m%dT%H%M%SZ}-cccccc"
+    seed = tmp_path / "seed"
+    assert ootci("history", "pull", str(seed / "history"), "--remote", str(data)).returncode == 0
+    zipfile.ZipFile(io.BytesIO(run_artifact(other, "latecomer", now))).extractall(seed / "artifact")
+    assert ootci("history", "merge", str(seed / "artifact"), "--into", str(seed / "history" / "runs")).returncode == 0
+    pushed = ootci("history", "push", str(seed / "history"), "--remote", str(data))
+    assert pushed.returncode == 0, pushed.stderr
+
+    straggler = f"straggler-{now:%Y%m%dT%H%M%SZ}-dddddd"
+    zipfile.ZipFile(io.BytesIO(run_artifact(straggler, "straggler", now))).extractall(tmp_path / "straggler")
+    merged = ootci("history", "merge", str(tmp_path / "straggler"), "--into", str(tmp_path / "straggler-files" / "runs"))
+    assert merged.returncode == 0, merged.stderr
+    push_after_the_next_push(data, tmp_path / "straggler-files")
+
+    # A fresh runner: the jobs' own directories are gone; the run's artifacts and the data branch stay.
+    for name in ("history", "history-tip", "site"):
+        shutil.rmtree(ootci_act_dir / name)
+    attempt(2)
+
+    assert sorted(p.name for p in artifacts.iterdir()) == [f"ootci-run-{BACKEND}-1", f"ootci-run-{BACKEND}-2"]
+    [second] = [r for r in records_under(artifacts) if r.run_id != first.run_id]
+    everything = (first.run_id, second.run_id, other, straggler)
+    assert record_paths_on_data_branch(data) == {f"runs/{r}/record.json" for r in everything}
+    index = (site / "index.html").read_text()
+    for backend in (BACKEND, "latecomer", "straggler"):
+        assert f'href="backends/{backend}.html"' in index
+    run_pages = sorted(p.relative_to(site / "runs").parent.as_posix() for p in (site / "runs").rglob("*.html"))
+    assert run_pages == sorted([BACKEND, BACKEND, "latecomer", "straggler"])
+    pages = "".join(p.read_text(errors="replace") for p in site.rglob("*.html"))
+    assert all(run_id in pages for run_id in everything)
 
 
 def test_build_torch_workflow_acquires_a_pinned_wheel(act_setup, tmp_path):
