@@ -130,8 +130,10 @@ def test_backend_workflow_with_three_shards_publishes_one_merged_record_with_the
     assert sorted(len(records[0].tests) for records in shards) != [0, 0, len(merged.tests)]  # really split
 
 
-# A backend whose CI job never starts: no runner has its labels. (A job that fails while act
-# sets it up, e.g. its container cannot start, ends act's whole run, so it cannot stand in here.)
+# A backend whose CI job never starts: no runner has its labels. A job that starts and then fails
+# at setup cannot stand in here: act (0.2.89) turns the failure of a job inside a called workflow
+# into an error that ends its whole run, so the caller's publish never starts, whatever its `if:`.
+# On GitHub publish runs (`!cancelled()`), and both leave the same thing behind: no artifact.
 GHOST_MANIFEST = """\
 name = "ghost"
 description = "a backend whose CI job never starts"
