@@ -21,11 +21,6 @@ from test_nightly import NEWEST_OURS, OLDER_OURS, html_page, serve_wheels
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-@pytest.fixture(scope="session")
-def httpserver_listen_address():
-    return ("127.0.0.1", 0)
-
-
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     root = tmp_path / "cache"
