@@ -201,10 +201,21 @@ def bare_data_repository(ootci_act_dir: Path) -> Path:
     return data
 
 
-def record_paths_on_data_branch(data: Path) -> set[str]:
+def data_branch_files(data: Path) -> set[str]:
     listed = subprocess.run(["git", "--git-dir", str(data), "ls-tree", "-r", "--name-only", "ootci-data"],
                             check=True, capture_output=True, text=True).stdout.split()
-    return {name for name in listed if name.endswith("/record.json")}
+    return set(listed)
+
+
+def record_paths_on_data_branch(data: Path) -> set[str]:
+    return {name for name in data_branch_files(data) if name.endswith("/record.json")}
+
+
+def merge_artifact(artifact: bytes, scratch: Path, runs: Path) -> None:
+    """An `ootci-run-*` artifact (its zip) unpacked into `scratch` and merged into a history's `runs`."""
+    zipfile.ZipFile(io.BytesIO(artifact)).extractall(scratch)
+    merged = ootci("history", "merge", str(scratch), "--into", str(runs))
+    assert merged.returncode == 0, merged.stderr
 
 
 ANOTHER_PUBLISHER_HOOK = """\
@@ -270,15 +281,13 @@ def test_a_rerun_of_the_nightly_publishes_each_record_once_and_one_site_from_the
     other = f"latecomer-{now:%Y%m%dT%H%M%SZ}-cccccc"
     seed = tmp_path / "seed"
     assert ootci("history", "pull", str(seed / "history"), "--remote", str(data)).returncode == 0
-    zipfile.ZipFile(io.BytesIO(run_artifact(other, "latecomer", now))).extractall(seed / "artifact")
-    assert ootci("history", "merge", str(seed / "artifact"), "--into", str(seed / "history" / "runs")).returncode == 0
+    merge_artifact(run_artifact(other, "latecomer", now), seed / "artifact", seed / "history" / "runs")
     pushed = ootci("history", "push", str(seed / "history"), "--remote", str(data))
     assert pushed.returncode == 0, pushed.stderr
 
     straggler = f"straggler-{now:%Y%m%dT%H%M%SZ}-dddddd"
-    zipfile.ZipFile(io.BytesIO(run_artifact(straggler, "straggler", now))).extractall(tmp_path / "straggler")
-    merged = ootci("history", "merge", str(tmp_path / "straggler"), "--into", str(tmp_path / "straggler-files" / "runs"))
-    assert merged.returncode == 0, merged.stderr
+    merge_artifact(run_artifact(straggler, "straggler", now), tmp_path / "straggler",
+                   tmp_path / "straggler-files" / "runs")
     push_after_the_next_push(data, tmp_path / "straggler-files")
 
     # A fresh runner: the jobs' own directories are gone; the run's artifacts and the data branch stay.
@@ -598,12 +607,10 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
     github.add_artifact(500, 5001, f"ootci-run-{BACKEND}-1", run_artifact(last_night, BACKEND,
                                                                           now - dt.timedelta(days=1)))
     # The data branch has last night's run already, marked as collected.
-    data = ootci_act_dir / "data.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(data)], check=True)
+    data = bare_data_repository(ootci_act_dir)
     seed = tmp_path / "seed"
     assert ootci("history", "pull", str(seed / "history"), "--remote", str(data)).returncode == 0
-    zipfile.ZipFile(io.BytesIO(github.blobs[5001])).extractall(seed / "artifact")
-    assert ootci("history", "merge", str(seed / "artifact"), "--into", str(seed / "history" / "runs")).returncode == 0
+    merge_artifact(github.blobs[5001], seed / "artifact", seed / "history" / "runs")
     marker = seed / "history" / "collected" / f"{now - dt.timedelta(hours=25):%Y-%m-%d}" / "5001.json"
     marker.parent.mkdir(parents=True)
     marker.write_text(json.dumps({
@@ -622,10 +629,8 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
     assert github.downloads() == [5011]
     assert all(r.headers.get("Authorization") == f"Bearer {TOKEN}" for r in github.api_requests)
     assert "1 artifact(s) collected" in result.output and "1 collected before" in result.output
-    branch = subprocess.run(["git", "--git-dir", str(data), "ls-tree", "-r", "--name-only", "ootci-data"],
-                            check=True, capture_output=True, text=True).stdout.split()
     assert {f"runs/{tonight}/record.json", f"runs/{last_night}/record.json", marker.relative_to(seed / "history").as_posix(),
-            f"collected/{now - dt.timedelta(hours=1):%Y-%m-%d}/5011.json"} <= set(branch)
+            f"collected/{now - dt.timedelta(hours=1):%Y-%m-%d}/5011.json"} <= data_branch_files(data)
     # The page was built from the branch's tip after the push: both nights are on it.
     pages = "".join(p.read_text(errors="replace") for p in (ootci_act_dir / "site").rglob("*.html"))
     pages += "".join(p.read_text(errors="replace") for p in (ootci_act_dir / "site").rglob("*.json"))
