@@ -23,7 +23,7 @@ import pytest
 from ootci.runner import record_files
 from ootci.runner.models import RunRecord, Status
 from tests.support import real_wheels
-from tests.support.act_harness import act_binary, as_called_from_elsewhere, prepare, run_act
+from tests.support.act_harness import act_binary, as_called_from_elsewhere, data_remote, prepare, run_act
 from tests.support.cli import ootci
 from tests.support.fake_github import REPOSITORY, TOKEN, FakeGitHub, run_artifact
 
@@ -158,7 +158,7 @@ def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboar
     registry = tmp_path / "registry"
     (registry / "ghost").mkdir(parents=True)
     (registry / "ghost" / "backend.toml").write_text(GHOST_MANIFEST)
-    data = bare_data_repository(ootci_act_dir)
+    data = data_remote(ootci_act_dir)
     result = run_act(workdir, "workflow_dispatch", ".github/workflows/nightly.yml",
                      env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_REGISTRY": str(registry)},
                      inputs={"backends": f"{BACKEND} ghost", "torch": TORCH, "suites": "smoke"},
@@ -192,13 +192,6 @@ def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboar
     assert "ootci bisect --turned-red" in result.output
     assert not any("bisect.json" in p.name for p in ootci_act_dir.rglob("*"))
     assert "Run Main ootci bisect \"$BACKEND\"" not in result.output
-
-
-def bare_data_repository(ootci_act_dir: Path) -> Path:
-    """The data branch's remote under act (nightly.yml passes $OOTCI_ACT_DIR/data.git to update-dashboard)."""
-    data = ootci_act_dir / "data.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(data)], check=True)
-    return data
 
 
 def data_branch_files(data: Path) -> set[str]:
@@ -261,7 +254,7 @@ def test_a_rerun_of_the_nightly_publishes_each_record_once_and_one_site_from_the
     run once, both other publishers' too, never the history this job merged into."""
     workdir, root, env = act_setup
     ootci_act_dir = act_dir(root, "rerun")
-    data = bare_data_repository(ootci_act_dir)
+    data = data_remote(ootci_act_dir)
     artifacts, site = ootci_act_dir / "artifacts", ootci_act_dir / "site"
 
     def attempt(number: int) -> None:
@@ -607,7 +600,7 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
     github.add_artifact(500, 5001, f"ootci-run-{BACKEND}-1", run_artifact(last_night, BACKEND,
                                                                           now - dt.timedelta(days=1)))
     # The data branch has last night's run already, marked as collected.
-    data = bare_data_repository(ootci_act_dir)
+    data = data_remote(ootci_act_dir)
     seed = tmp_path / "seed"
     assert ootci("history", "pull", str(seed / "history"), "--remote", str(data)).returncode == 0
     merge_artifact(github.blobs[5001], seed / "artifact", seed / "history" / "runs")

@@ -118,6 +118,15 @@ def prepare(repo: Path, root: Path) -> tuple[Path, dict[str, str]]:
     return workdir, env
 
 
+def data_remote(act_dir: Path) -> Path:
+    """$OOTCI_ACT_DIR/data.git, the bare repository that stands in for the data branch's remote
+    under act (nightly.yml and collect.yml push the history there); made empty when missing."""
+    data = act_dir / "data.git"
+    if not data.exists():
+        subprocess.run(["git", "init", "-q", "--bare", str(data)], check=True)
+    return data
+
+
 @dataclass
 class ActResult:
     returncode: int
@@ -196,11 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     workdir, env = prepare(repo, root)
     out = root / "out"
     out.mkdir(exist_ok=True)
+    data_remote(out)
     inputs = dict(item.split("=", 1) for item in args.inputs)
     result = run_act(workdir, "workflow_dispatch", args.workflow, env={**env, "OOTCI_ACT_DIR": str(out)},
                      inputs=inputs, log=root / "act.log", stubs=root / "stubs")
     print(result.output[-4000:])
-    print(f"act exited {result.returncode}; full log {root / 'act.log'}; artifacts, history, site under {out}")
+    print(f"act exited {result.returncode}; full log {root / 'act.log'}; artifacts, history, site and the data "
+          f"branch's remote (data.git) under {out}")
     return result.returncode
 
 
