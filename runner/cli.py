@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         registry.add_dirs([*args.registry, *getattr(args, "registry_after", [])])
         return int(args.func(args) or 0)
     except OotciError as exc:
-        print(f"ootci: {exc.message}", file=sys.stderr)
+        for line in exc.message.splitlines() or [""]:  # several problems (a manifest's): one a line
+            print(f"ootci: {line}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("ootci: interrupted", file=sys.stderr)

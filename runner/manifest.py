@@ -341,27 +341,30 @@ def _model_at(loc: tuple) -> type[BaseModel]:
 _CROSS_FIELD = re.compile(r"^([a-z_]+\.[a-z_]+): (.*)$", re.S)
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError) -> list[str]:
+    """Every problem of a manifest, one line each, misspelt keys first."""
     errors = exc.errors()
-    # A misspelt key also shows up as a missing one; the misspelling is the news.
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    field = _field_path(err["loc"])
-    value = err.get("input")
-    text = err["msg"].removeprefix("Value error, ")
-    cross = _CROSS_FIELD.match(text) if not err["loc"] else None
-    if cross:  # a rule over several fields names the one to change first
-        field, text, value = cross.group(1), cross.group(2), None
-    message = f"field '{field}': {text}"
-    if err["type"] == "extra_forbidden":
-        known = [n for n in _model_at(err["loc"]).model_fields if n != "path"]
-        close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
-        if close:
-            message += f" (did you mean '{close[0]}'?)"
-    elif err["type"] != "missing" and value is not None and not isinstance(value, dict):
-        message += f" (got {value!r})"
-    if len(errors) > 1:
-        message += f"; and {len(errors) - 1} more"
-    return message
+    lines, suggested = [], set()
+    for err in sorted(errors, key=lambda e: e["type"] != "extra_forbidden"):
+        field = _field_path(err["loc"])
+        value = err.get("input")
+        text = err["msg"].removeprefix("Value error, ")
+        cross = _CROSS_FIELD.match(text) if not err["loc"] else None
+        if cross:  # a rule over several fields names the one to change first
+            field, text, value = cross.group(1), cross.group(2), None
+        if err["type"] == "missing" and field in suggested:
+            continue  # a misspelt key also shows up as a missing one; the misspelling is the news
+        message = f"field '{field}': {text}"
+        if err["type"] == "extra_forbidden":
+            known = [n for n in _model_at(err["loc"]).model_fields if n != "path"]
+            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+            if close:
+                message += f" (did you mean '{close[0]}'?)"
+                suggested.add(_field_path((*err["loc"][:-1], close[0])))
+        elif err["type"] != "missing" and value is not None and not isinstance(value, dict):
+            message += f" (got {value!r})"
+        lines.append(message)
+    return lines
 
 
 def load(path: Path) -> Manifest:
@@ -379,6 +382,6 @@ def load(path: Path) -> Manifest:
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
-        raise ManifestError(f"{path}: {_describe(exc)}") from None
+        raise ManifestError("\n".join(f"{path}: {line}" for line in _describe(exc))) from None
     manifest.path = path.resolve()
     return manifest

@@ -183,3 +183,16 @@ def test_registered_accelerators_carry_their_runner_settings():
     # Each says where its values come from.
     assert "huggingface/optimum-habana" in gaudi.path.read_text()
     assert "Ascend/pytorch" in ascend.path.read_text() and "Ascend/cann-container-image" in ascend.path.read_text()
+
+
+def test_every_problem_is_listed_one_a_line(tmp_path):
+    """Two mistakes: both named, each on its own line with the file, none hidden behind 'and 1 more'."""
+    text = VALID.replace('device = "demo"', 'devcie = "demo"') + '[timeouts]\nbuild = "long"\n'
+    path = write(tmp_path, text)
+    result = ootci("show", str(path))
+    assert result.returncode == 3
+    lines = result.stderr.splitlines()
+    assert lines == [f"ootci: {path}: field 'devcie': Extra inputs are not permitted (did you mean 'device'?)",
+                     f"ootci: {path}: field 'timeouts.build': Input should be a valid number, "
+                     f"unable to parse string as a number (got 'long')"], result.stderr
+    assert "more" not in result.stderr and "Traceback" not in result.stderr
