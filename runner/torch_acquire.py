@@ -19,7 +19,8 @@ from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlsplit
 
 from packaging.utils import parse_wheel_filename
-from packaging.version import Version
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from . import downloads, procs, torch_index, torch_source
 from .envs import cache_root, digest
@@ -111,6 +112,47 @@ def _version(spec: TorchSpec, extra_index: str | None) -> TorchPlan:
     key = " ".join(args)
     return TorchPlan(spec, args, key, f"torch=={spec.value}", [f"pip install {' '.join(args)}"],
                      version=spec.value, index_url=extra_index)
+
+
+AVAILABLE = re.compile(r"^Available versions: (.+)$", re.M)
+VERSIONS_NAMED = 8  # newest versions a "no such torch" error names
+
+
+def check_version_available(plan: TorchPlan, *, python: str | os.PathLike | None = None) -> None:
+    """A version spec that pip's package index does not have is the user's mistake: one
+    line naming the versions it does have (TorchSpecError), before anything is written.
+
+    Asks `pip index versions` with the indexes and find-links pip is configured with (plus
+    the plan's extra index), as the torch layer's pip install would. When pip cannot tell
+    (no pip, index unreachable, no torch there at all) nothing is refused here: the
+    install stage reports what pip says.
+    """
+    if plan.spec.kind != "version":
+        return
+    argv = [os.fspath(python or sys.executable), "-m", "pip", "index", "versions", "torch", "--pre",
+            "--disable-pip-version-check", "--no-input", "--timeout", "20", "--retries", "1"]
+    if plan.index_url:
+        argv += ["--extra-index-url", plan.index_url]
+    result = procs.run(argv, timeout=120)
+    found = AVAILABLE.search(result.output_tail) if result.ok else None
+    if found is None:
+        return
+    available = [v.strip() for v in found.group(1).split(",") if v.strip()]
+    wanted = SpecifierSet(f"=={plan.spec.value}")
+    if any(_is_version(v) and wanted.contains(v, prereleases=True) for v in available):
+        return
+    where = "pip's package index" + (f" and {plan.index_url}" if plan.index_url else "")
+    named = ", ".join(available[:VERSIONS_NAMED])
+    more = f", … ({len(available)} versions, the oldest {available[-1]})" if len(available) > VERSIONS_NAMED else ""
+    raise TorchSpecError(f"--torch {plan.spec.raw}: {where} has no torch {plan.spec.value}; it has {named}{more}")
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def _wheel_file(spec: TorchSpec, python: str | os.PathLike | None) -> TorchPlan:

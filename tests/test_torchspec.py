@@ -188,3 +188,23 @@ def test_installed_reports_the_torch_of_that_interpreter(torch_layer):
     assert plan["install_args"] == [] and plan["source"] == str(torch_layer.python)
     assert plan["version"].startswith("2.13.0")
     assert len(plan["commit"]) == 40 and int(plan["commit"], 16) >= 0
+
+
+def test_run_refuses_a_version_the_index_does_not_have(tmp_path):
+    """`ootci run openreg --torch 9.9.9`: one line naming the versions pip's index has, exit 5,
+    nothing under --out (pip sees only a directory of two empty torch wheels here)."""
+    links = tmp_path / "links"
+    links.mkdir()
+    for version in ("2.13.0", "2.14.0"):
+        (links / f"torch-{version}-py3-none-any.whl").write_bytes(b"")  # listed by name, never installed
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env |= {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(links), "PIP_CONFIG_FILE": os.devnull,
+            "OOTCI_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "out"
+    result = subprocess.run([OOTCI, "run", "openreg", "--torch", "9.9.9", "--out", str(out)], capture_output=True,
+                            text=True, timeout=120, env=env)
+    assert result.returncode == 5, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "ootci: --torch 9.9.9: pip's package index has no torch 9.9.9; it has 2.14.0, 2.13.0"]
+    assert not out.exists() and not (tmp_path / "cache").exists()

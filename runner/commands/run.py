@@ -81,12 +81,15 @@ def options_from(args: argparse.Namespace) -> RunOptions:
 
 
 def preflight(options: RunOptions) -> torch_acquire.TorchPlan:
-    """Resolve the torch read-only (index page, git ls-remote): an unreachable index
-    or a missing PR is a one-line error before anything is written under --out."""
+    """Resolve the torch read-only (index page, git ls-remote, pip's index for a version): an
+    unreachable index, a missing PR or a version the index does not have is a one-line error
+    before anything is written under --out."""
     spec = torchspec.parse(options.torch)
-    return torch_acquire.plan(spec, dry_run=True, index_url=options.index_url,
+    plan = torch_acquire.plan(spec, dry_run=True, index_url=options.index_url,
                               python=options.python if spec.kind == "installed" else None,
                               cache=options.cache, jobs=options.jobs, torch_repo=options.torch_repo)
+    torch_acquire.check_version_available(plan)  # --torch 9.9.9: refused here, not by pip in a stage
+    return plan
 
 
 def print_plan(manifests, options: RunOptions, plan: torch_acquire.TorchPlan) -> None:
