@@ -54,6 +54,8 @@ def bisected(tmp_path_factory):
 def test_the_backend_axis_names_the_planted_commit_skips_the_broken_build_and_takes_four_judged_steps(bisected):
     result, record, commits = bisected["result"], bisected["record"], bisected["commits"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    # Its first line says where the bisection is written, before any step runs.
+    assert result.stdout.splitlines()[0].endswith(f" -> {bisected['dir']}/bisect.json")
     # What changed between the two runs is the backend's commit, not the torch: the axis is chosen by itself.
     assert [r.axis for r in record.rounds] == ["backend"]
     round_ = record.rounds[0]

@@ -266,6 +266,8 @@ def test_the_commits_plan_of_two_adjacent_nightlies_in_a_dry_run(tmp_path):
                    "--out", str(tmp_path / "bisect"), "--dry-run")
     assert result.returncode == 0, result.stderr
     out = result.stdout
+    assert out.splitlines()[0] == (f"bisect openreg: good {good}, bad {bad} (a dry run writes nothing; "
+                                   f"the bisection would be written under {tmp_path / 'bisect'})")
     assert "predicate: stage smoke" in out and "  smoke::test_x.py::test_mul" in out
     assert "torch axis (backend as in the manifest): 0 candidate(s) between torch 2.16.0.dev20261121 and torch 2.16.0.dev20261122" in out
     assert "torch-commits axis" in out and "3 candidate(s)" in out
@@ -308,6 +310,29 @@ def test_bad_input_is_one_line(tmp_path):
     assert result.stderr.strip() == f"ootci: no run openreg-20261120T030000Z-aaaaaa under {tmp_path}"
     result = ootci("bisect", "--resume", str(tmp_path))
     assert result.returncode == 2 and "bisect.json: cannot read" in result.stderr
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_equal_ends_are_refused_at_once(tmp_path, dry_run):
+    """Nothing lies between two equal ends: refused before any pipeline runs, with --dry-run too."""
+    out = tmp_path / "bisect"
+    result = ootci("bisect", "openreg", "--good", "2.13.0", "--bad", " 2.13.0", "--out", str(out), *dry_run,
+                   timeout=60)
+    assert result.returncode == 12, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        "ootci: --good and --bad are the same (2.13.0): nothing lies between them to bisect"]
+    assert result.stdout == "" and not out.exists()
+
+
+def test_a_missing_end_is_named(tmp_path):
+    result = ootci("bisect", "openreg", "--good", "2.13.0", "--runs", str(tmp_path), "--out", str(tmp_path / "b"))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"ootci: --bad not given, and no red run after a green one of openreg under {tmp_path} to take it from: "
+        "give --bad Y"]
+    neither = ootci("bisect", "openreg", "--runs", str(tmp_path), "--out", str(tmp_path / "b"))
+    assert neither.returncode == 2 and neither.stderr.strip().startswith("ootci: --good and --bad not given")
+    assert neither.stderr.strip().endswith("to take them from: give --good X --bad Y")
 
 
 # -- the walk of one round, with steps that return records --------------------------------

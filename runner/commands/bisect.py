@@ -67,6 +67,8 @@ def options_from(args: argparse.Namespace, saved: dict | None = None) -> bisect.
     runs = [p.absolute() for p in (args.runs or [Path("out/runs")])]
     if not (args.good and args.bad):
         args.good, args.bad = _from_history(manifest.name, runs, args.good, args.bad)
+    if _same_end(args.good, args.bad):
+        raise bisect.BisectError(f"--good and --bad are the same ({args.good}): nothing lies between them to bisect")
     if args.max_steps < 1:
         raise UsageError("--max-steps: give at least 1")
     versions = [v.strip() for v in args.versions.split(",") if v.strip()] if args.versions else None
@@ -92,9 +94,22 @@ def _from_history(backend: str, runs: list[Path], good: str | None, bad: str | N
     history = _mainline(backend, runs)
     pair = turned_red(history, latest_only=False)
     if pair is None:
-        raise UsageError(f"no red run after a green one of {backend} under {', '.join(map(str, runs))}: "
-                         "give --good and --bad")
+        missing = [flag for flag, given in (("--good X", good), ("--bad Y", bad)) if not given]
+        raise UsageError(f"{' and '.join(f.split()[0] for f in missing)} not given, and no red run after a green one "
+                         f"of {backend} under {', '.join(map(str, runs))} to take {'it' if len(missing) == 1 else 'them'}"
+                         f" from: give {' '.join(missing)}")
     return good or pair[0].run_id, bad or pair[1].run_id
+
+
+def _same_end(good: str, bad: str) -> bool:
+    """Both ends name the same run, spec or ref (a record.json and its directory are one run)."""
+    def key(end: str) -> str:
+        path = Path(end.strip())
+        if path.exists():
+            path = path.resolve()
+            return str(path.parent if path.name == "record.json" else path)
+        return end.strip()
+    return key(good) == key(bad)
 
 
 def turned_red(history: list[tuple[RunRecord, Path]], latest_only: bool = True) -> tuple[RunRecord, RunRecord] | None:
@@ -124,7 +139,8 @@ def print_turned_red(runs: list[Path]) -> int:
 
 def dry_run(b: bisect.Bisection) -> int:
     o = b.o
-    print(f"bisect {o.manifest.name}: good {o.good}, bad {o.bad}")
+    print(f"bisect {o.manifest.name}: good {o.good}, bad {o.bad} (a dry run writes nothing; "
+          f"the bisection would be written under {o.out})")
     for end in (b.good, b.bad):
         if end.record is None:
             print(f"  would first run {end.given} (suites: {','.join(o.suites) or 'none'})")
@@ -177,7 +193,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                                         started_at=bisect.now(), good=options.good, bad=options.bad)
             return dry_run(bisect.Bisection(options, state, options.out / "dry-run"))
         b, _ = bisect.start(options, ["ootci", "bisect", *sys.argv[2:]])
-    print(f"ootci bisect: {b.dir}/{bisect.BISECT_NAME}")
+    print(f"ootci bisect: {b.o.manifest.name}, good {b.o.good}, bad {b.o.bad} -> {b.dir}/{bisect.BISECT_NAME}")
     with interrupt_handlers():
         try:
             b.go()
