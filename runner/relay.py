@@ -22,6 +22,7 @@ branch, body) is ever read.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -317,6 +318,29 @@ class Workflow:
                    run_id=run_id, run_attempt=attempt, job_name=job, check_run_id=check)
 
 
+_TORCH_SPEC = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_:/@=-]{0,99}")
+
+
+def torch_instead(spec: str | None) -> str | None:
+    """The torch that stands in for a PR's build (OOTCI_PR_TORCH), checked: it goes into the
+    check's name on the PyTorch PR and into test_results."""
+    spec = (spec or "").strip()
+    if not spec:
+        return None
+    if not _TORCH_SPEC.fullmatch(spec):
+        raise UsageError(f"--torch-instead: expected a torch spec (at most 100 of letters, digits and .+_:/@=-), "
+                         f"got {_shown(spec)}")
+    return spec
+
+
+def not_the_prs_torch(workflow: Workflow, spec: str) -> Workflow:
+    """The same reporter, its name saying which torch ran: the check on the PR must never pass a
+    released torch off as the PR's build. Both reports of a run carry it (the relay pairs them by
+    run, attempt and job, not by name)."""
+    suffix = f" (torch {spec}, not the PR's build)"
+    return dataclasses.replace(workflow, name=workflow.name[: 200 - len(suffix)] + suffix)
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -496,9 +520,10 @@ def _rejection(response: requests.Response, token: str) -> str:
 
 
 def post(url: str, body: dict[str, Any], token: str, *, retry: Retry = Retry(),
-         session: requests.Session | None = None, sleep: Callable[[float], None] = time.sleep,
-         already_ok: bool = False) -> Delivery:
-    """POST one callback body; `already_ok`: a state the relay already holds is no error."""
+         session: requests.Session | None = None, sleep: Callable[[float], None] = time.sleep) -> Delivery:
+    """POST one callback body. A refusal raises RelayError with the relay's status and body, except
+    the one refusal that means the report is there: a state the relay already holds, after a try
+    that got no clear answer (timed out, 5xx) and so may have been recorded."""
     _check_url(url, "callback URL")
     http = session or requests.Session()
     data = json.dumps(body, separators=(",", ":")).encode("utf-8")
@@ -514,12 +539,11 @@ def post(url: str, body: dict[str, Any], token: str, *, retry: Retry = Retry(),
             answer = ""
         return Delivery(http_status=response.status_code, answer=str(answer)[:40] or "accepted", attempts=attempts)
     detail = _rejection(response, token)
-    if response.status_code == 400 and "state transition" in detail and (maybe_landed or already_ok):
-        # A try that timed out or got a 5xx was recorded after all (or, with already_ok, an
-        # earlier job sent this state): the relay refuses the same state twice. It is there, once.
-        why = ("an earlier attempt that got no clear answer had been recorded" if maybe_landed
-               else "the relay already had it")
-        return Delivery(http_status=400, answer="already recorded", attempts=attempts, detail=why)
+    if response.status_code == 400 and "state transition" in detail and maybe_landed:
+        # The relay refuses the same state twice: the try that got no clear answer was recorded.
+        # Said in the log all the same, with the relay's own words.
+        return Delivery(http_status=400, answer="already recorded", attempts=attempts,
+                        detail=f"an earlier attempt that got no clear answer had been recorded (the retry got {detail})")
     raise RelayError(f"relay callback: {detail}")
 
 
@@ -529,8 +553,10 @@ def report(envelope: dict[str, Any], status: str, conclusion: str | None = None,
            session: requests.Session | None = None, sleep: Callable[[float], None] = time.sleep) -> Delivery:
     """Send one report to the relay; RelayError says why it did not arrive.
 
-    `in_progress_first` (completed only): send `in_progress` before, unless the relay has it
-    already; for a re-run of the reporting job alone, whose attempt no `in_progress` opened.
+    `in_progress_first` (completed only): send `in_progress` before; only for an attempt that no
+    `in_progress` opened (a re-run of the reporting job alone). The relay refuses a second
+    `in_progress` (and at L3 touches the PR's check run first), so the caller decides, never a guess:
+    a refusal of it fails the report like any other.
     """
     body = callback_body(envelope, status, conclusion, workflow, test_results=test_results)
     _check_url(url, "callback URL")
@@ -538,7 +564,7 @@ def report(envelope: dict[str, Any], status: str, conclusion: str | None = None,
     token = id_token(audience, env=env, retry=retry, session=http, sleep=sleep)
     if in_progress_first and status == "completed":
         opening = callback_body(envelope, "in_progress", None, workflow)
-        post(url, opening, token, retry=retry, session=http, sleep=sleep, already_ok=True)
+        post(url, opening, token, retry=retry, session=http, sleep=sleep)
     return post(url, body, token, retry=retry, session=http, sleep=sleep)
 
 

@@ -486,19 +486,53 @@ def test_a_rerun_of_the_reporting_job_alone_opens_its_attempt_first(tmp_path, re
     env = {**actions_env(tmp_path, OOTCI_RELAY_JOB_NAME="ootci"), **relay_server.env()}
     event = FIXTURES / "opened.json"
     assert ootci_relay("report", event, "--status", "in_progress", env=env).returncode == 0
-    done = ootci_relay("report", event, "--status", "completed", "--conclusion", "failure", "--in-progress-first",
+    done = ootci_relay("report", event, "--status", "completed", "--conclusion", "failure",
                        env={**env, "GITHUB_JOB": "publish"})
     assert done.returncode == 0, done.stderr
-    # Attempt 1: the in_progress was there, the relay refuses a second one, and that is fine.
-    assert [b["workflow"]["status"] for b in relay_server.received] == ["in_progress", "in_progress", "completed"]
-    # Attempt 2 re-runs only the publish job: nothing opened that attempt, so it opens it itself.
+    # Attempt 2 re-runs only the reporting job: nothing opened that attempt, so it opens it itself.
     rerun = ootci_relay("report", event, "--status", "completed", "--conclusion", "success", "--in-progress-first",
                         env={**env, "GITHUB_JOB": "publish", "GITHUB_RUN_ATTEMPT": "2"})
     assert rerun.returncode == 0, rerun.stderr
+    assert relay_server.received == relay_server.accepted  # nothing sent that the relay refused
     assert [(b["workflow"]["status"], b["workflow"]["run_attempt"], b["workflow"]["check_run_id"])
             for b in relay_server.accepted] == [("in_progress", "1", f"{RUN_ID}-1"), ("completed", "1", f"{RUN_ID}-1"),
                                                 ("in_progress", "2", f"{RUN_ID}-2"), ("completed", "2", f"{RUN_ID}-2")]
     assert {b["workflow"]["job_name"] for b in relay_server.received} == {"ootci"}
+
+
+def test_an_in_progress_first_the_relay_refuses_fails_the_report_and_says_what_the_relay_answered(tmp_path,
+                                                                                                 relay_server):
+    """The relay refuses a second in_progress (at L3 after touching the PR's check run): never
+    sent on a guess, and a refusal is never taken as fine. The completed is then not sent."""
+    env = {**actions_env(tmp_path, OOTCI_RELAY_JOB_NAME="ootci"), **relay_server.env()}
+    event = FIXTURES / "opened.json"
+    assert ootci_relay("report", event, "--status", "in_progress", env=env).returncode == 0
+    done = ootci_relay("report", event, "--status", "completed", "--conclusion", "success", "--in-progress-first",
+                       env=env)
+    assert done.returncode == 11
+    assert [b["workflow"]["status"] for b in relay_server.received] == ["in_progress", "in_progress"]
+    assert [b["workflow"]["status"] for b in relay_server.accepted] == ["in_progress"]
+    [line] = done.stderr.splitlines()
+    assert line.startswith("ootci: relay callback: HTTP 400: the relay's state machine refused it:")
+    assert "callback rejected: invalid state transition" in line  # the relay's own answer
+    assert done.stdout.startswith("::error title=ootci relay report::relay callback: HTTP 400")
+
+
+def test_a_report_under_a_stand_in_torch_says_which_torch_ran_instead_of_the_prs(tmp_path, relay_server):
+    env = {**actions_env(tmp_path), **relay_server.env()}
+    event = FIXTURES / "opened.json"
+    started = ootci_relay("report", event, "--status", "in_progress", "--torch-instead", "2.13.0", env=env)
+    done = ootci_relay("report", event, "--status", "completed", "--conclusion", "success",
+                       "--torch-instead", "2.13.0", env=env)
+    assert started.returncode == 0 and done.returncode == 0, started.stderr + done.stderr
+    assert relay_server.accepted == relay_server.received and len(relay_server.accepted) == 2
+    for body in relay_server.accepted:
+        assert body["workflow"]["name"] == "ootci PyTorch PR (torch 2.13.0, not the PR's build)"
+        assert body["workflow"]["test_results"]["torch_instead_of_pr"] == "2.13.0"
+    assert "torch 2.13.0 ran, not the PR's build" in done.stdout
+    hostile = ootci_relay("report", event, "--status", "in_progress", "--torch-instead", "2.13.0\n::error::x",
+                          env={**env, "GITHUB_RUN_ATTEMPT": "2"})
+    assert hostile.returncode != 0 and len(relay_server.received) == 2
 
 
 def test_a_relay_answering_500_twice_still_gets_exactly_one_completed(tmp_path, relay_server):

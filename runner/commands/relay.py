@@ -45,12 +45,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--conclusion", choices=relay.CONCLUSIONS,
                     help="for --status completed (default: from --records: success when every run passed)")
     rp.add_argument("--in-progress-first", action="store_true",
-                    help="with --status completed: send in_progress first unless the relay has it already "
-                         "(a re-run of only this job)")
+                    help="with --status completed: send in_progress first, for an attempt that no in_progress "
+                         "opened (a re-run of only this job); the relay refuses a second in_progress")
     rp.add_argument("--records", type=Path, metavar="DIR", help="run records to summarise as test_results")
     rp.add_argument("--baseline", type=Path, metavar="DIR",
                     help="run history to compare with: failures not in the latest nightly of a backend are new")
     rp.add_argument("--page-url", metavar="URL", help="the page showing this run (in test_results)")
+    rp.add_argument("--torch-instead", metavar="SPEC",
+                    help="the torch that ran instead of the PR's build (a repository's OOTCI_PR_TORCH): named in "
+                         "the check's name, in test_results and in the log, so that no report passes it off as the PR's")
     rp.add_argument("--url", metavar="URL", help=f"the relay's callback URL (default: ${relay.CALLBACK_URL_ENV}; "
                                                  "without one nothing is sent)")
     rp.add_argument("--check-run-id", metavar="ID", help="default: $OOTCI_CHECK_RUN_ID, else "
@@ -163,8 +166,11 @@ def _report(args: argparse.Namespace) -> int:
         return 0
 
     dispatch = relay.read_event(args.event)
+    torch_instead = relay.torch_instead(args.torch_instead)
     workflow = relay.Workflow.from_env(name=args.workflow_name, job_name=args.job_name,
                                        check_run_id=args.check_run_id)
+    if torch_instead:
+        workflow = relay.not_the_prs_torch(workflow, torch_instead)
     test_results = None
     conclusion = args.conclusion
     if args.records is not None:
@@ -180,6 +186,8 @@ def _report(args: argparse.Namespace) -> int:
         test_results = {"schema": "ootci/1", "page_url": args.page_url[:500]}
     if args.status == "in_progress":
         conclusion = None
+    if torch_instead:
+        test_results = {**(test_results or {"schema": "ootci/1"}), "torch_instead_of_pr": torch_instead}
 
     retry = relay.Retry(attempts=args.attempts, backoff_s=args.backoff, timeout_s=args.timeout)
     delivery = relay.report(dispatch.envelope, args.status, conclusion, url=url, workflow=workflow,
@@ -196,7 +204,8 @@ def _report(args: argparse.Namespace) -> int:
         line = (f"ootci relay: reported {what} for {subject} (job {workflow.job_name}, check run "
                 f"{workflow.check_run_id}): HTTP {delivery.http_status} {delivery.answer}"
                 + (f" after {delivery.attempts} attempts" if delivery.attempts > 1 else "")
-                + (f"; {delivery.detail}" if delivery.detail else ""))
+                + (f"; {delivery.detail}" if delivery.detail else "")
+                + (f"; torch {torch_instead} ran, not the PR's build" if torch_instead else ""))
         print(line)
     _append("GITHUB_STEP_SUMMARY", line + "\n\n")
     return 0
