@@ -66,3 +66,25 @@ def test_markdown_summary_is_a_table():
     assert "| autoload | ❌ failed | 0.0s | OSError: libx.so: cannot open |" in text
     assert "- expected failure 'x' matches no test" in text
     assert "Reproduce: `ootci run demo --torch 2.13.0`" in text
+
+
+def test_terminal_progress_never_shows_pytests_raw_verdict():
+    """pytest counts an expected failure as failed; the ticking line must not show "2 failed" before
+    the stage reports its classified counts ("passed ... 2 xfailed")."""
+    out = io.StringIO()
+    reporter = Reporter(out, github=False, summary_path="", interactive=True)
+    reporter.stage_started("demo", "integration")
+    reporter.line("test_opinfo.py ........F.......F  [100%]\n")
+    time.sleep(0.7)
+    for raw in ("FAILED test_opinfo.py::test_op[nonzero_static] - AssertionError",
+                "=========== 2 failed, 3680 passed, 57 skipped in 61.02s (0:01:01) ===========",
+                "2 failed, 3680 passed in 61.0s"):
+        reporter.line(raw + "\n")
+    time.sleep(0.7)
+    reporter.stage_finished("demo", StageResult(name="integration", status=Status.passed, duration_s=1.4,
+                                                summary="integration: 3680 passed, 57 skipped, 2 xfailed"))
+    text = out.getvalue()
+    assert "........F" in text  # ordinary output still ticks by
+    assert "pytest finished; classifying the results" in text
+    assert "2 failed" not in text and "FAILED" not in text
+    assert text.rstrip().endswith("integration: 3680 passed, 57 skipped, 2 xfailed")
