@@ -25,6 +25,13 @@ _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warn
 # pip -v prints this right after a failed build backend's output, at the same indentation.
 _PIP_SUBPROCESS_ERROR = "error: subprocess-exited-with-error"
 
+CIRCULAR = re.compile(r"partially initialized module|circular import")
+# torch's autoload calls the hook while the package that imported torch is still half
+# run: the hook must exist by then. A loaded flag does not help; the order does.
+CIRCULAR_HINT = ("circular import: define the autoload hook (the entry point's function) before the package's "
+                 "`import torch` in its __init__.py, so that torch's autoload finds it while the package is still "
+                 "being imported")
+
 # (pattern in the root cause text, hint). First match wins.
 HINTS: list[tuple[re.Pattern, str]] = [
     (re.compile(r"lib[\w+.-]*\.so[\w.]*: cannot open shared object file"),
@@ -34,8 +41,7 @@ HINTS: list[tuple[re.Pattern, str]] = [
      "an undefined symbol: a native library does not match the libraries it was loaded with"),
     (re.compile(r"No module named 'torch'"), "torch is not installed in the environment under test"),
     (re.compile(r"No module named"), "a module is missing: check the package and its dependencies"),
-    (re.compile(r"partially initialized module|circular import"),
-     "circular import: guard the autoload hook with a loaded flag"),
+    (CIRCULAR, CIRCULAR_HINT),
     (re.compile(r"has no attribute"), "the entry point names an attribute the module does not define"),
     (re.compile(r"SIGSEGV"), "the process crashed in native code: run it under gdb or with faulthandler"),
     (re.compile(r"SIGABRT"), "native code aborted (an assertion or std::terminate)"),
@@ -248,8 +254,35 @@ def from_chain(chain: list[dict], *, what: str = "import", culprit: str | None =
     else:
         # A bare `raise StopIteration` says nothing by its name alone: say where it came from.
         summary = f"{exc_type} (no message) raised at {where}" if where else f"{exc_type} (no message)"
+    hint = hint_for(summary) or hint_for(f"{exc_type}: {message}")
+    if hint == CIRCULAR_HINT:
+        site = first_torch_import([f for entry in chain for f in entry.get("frames", [])])
+        if site:
+            hint += f" ({site} imports torch first)"
     return RootCause(kind="exception", summary=summary[:500], exception_type=exc_type, message=message[:2000],
-                     hint=hint_for(summary) or hint_for(f"{exc_type}: {message}"), culprit=culprit)
+                     hint=hint, culprit=culprit)
+
+
+_FRAME_TEXT = re.compile(r"^(?P<file>.+):(?P<line>\d+) in (?P<func>.+)$")
+
+
+def _in_torch(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return any(part == "torch" and parent in ("site-packages", "dist-packages")
+               for parent, part in zip(parts, parts[1:-1]))
+
+
+def first_torch_import(frames: list[str]) -> str | None:
+    """`file:line` of the frame outside torch that started importing torch, from a probe's
+    frames ("file:line in func", outermost first): the line just before torch's own frames."""
+    for before, after in zip(frames, frames[1:]):
+        outer, inner = _FRAME_TEXT.match(before), _FRAME_TEXT.match(after)
+        if not outer or not inner or outer.group("file").startswith("<"):
+            continue
+        if (not _in_torch(outer.group("file")) and _in_torch(inner.group("file"))
+                and inner.group("file").endswith("__init__.py") and inner.group("func") == "<module>"):
+            return f"{outer.group('file')}:{outer.group('line')}"
+    return None
 
 
 def missing(summary: str, *, culprit: str | None = None, hint: str | None = None) -> RootCause:

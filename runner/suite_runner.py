@@ -408,7 +408,7 @@ def first_failing_test(results: list[TestResult]) -> RootCause | None:
     if failing is None:
         return None
     return RootCause(kind="test", summary=f"{failing.outcome.value}: {failing.id}: {failing.message}"[:500],
-                     culprit=failing.id)
+                     culprit=failing.id, hint=rootcause.hint_for(failing.message))
 
 
 def fatal_excerpt(output: str, lines: int = 40) -> tuple[str, str | None]:

@@ -102,7 +102,10 @@ def test_hook_defined_after_import_torch_is_a_circular_import(backend_env):
     circular = by_name["circular_import"]
     assert circular.status is Status.failed
     assert "partially initialized module 'torch_circular'" in circular.root_cause.summary
-    assert circular.root_cause.hint.startswith("circular import")
+    # The fix is the order in __init__.py, and the hint names the line that imports torch first.
+    hint = circular.root_cause.hint
+    assert hint.startswith("circular import: define the autoload hook") and "before the package's `import torch`" in hint
+    assert hint.endswith("torch_circular/__init__.py:4 imports torch first)"), hint
     assert result.status is Status.failed and result.root_cause == circular.root_cause
 
 

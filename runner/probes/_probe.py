@@ -38,7 +38,10 @@ def emit(phase: str, **data) -> None:
 
 
 def _frames(exc: BaseException) -> list[str]:
-    return [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_tb(exc.__traceback__)][-8:]
+    # importlib's frozen frames say nothing; the 12 innermost others reach the backend's
+    # line that started importing torch (rootcause.first_torch_import).
+    return [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_tb(exc.__traceback__)
+            if not f.filename.startswith("<frozen")][-12:]
 
 
 def describe(exc: BaseException) -> dict:

@@ -63,6 +63,10 @@ XDIST_CRASH = re.compile(r"worker '(?P<worker>[^']+)' crashed while running")
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
+class BackendImportFailed(Exception):
+    """Raised before each test when the backend under test could not be imported."""
+
+
 class OotciTestTimeout(BaseException):
     """Raised by the alarm in a test that ran past its limit.
 
@@ -134,25 +138,38 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--ootci-capabilities: unknown capability {unknown[0]!r} "
                                 f"(known: {', '.join(CAPABILITIES)})")
     module = config.getoption("ootci_import")
-    if module:
-        found = _source_tree_copy(module)
-        if found:
-            # Worded as runner/verify.py words it, which gives the hint (runner/rootcause.py).
-            raise pytest.UsageError(f"--ootci-import: import {module} finds {found['imported_from']} (a same-named "
-                                    f"directory of a source tree) instead of the installed {found['installed_at']}")
-        try:
-            __import__(module)
-        except Exception as exc:  # reported as a usage error: nothing can run without the backend
-            raise pytest.UsageError(f"--ootci-import: cannot import {module!r}: {type(exc).__name__}: {exc}")
+    import_error = _import_backend(module) if module else None
     shard = config.getoption("ootci_shard")
     if shard:
         try:
             parse_shard(shard)
         except ValueError as exc:
             raise pytest.UsageError(f"--ootci-shard: {exc}")
-    state = _State(config, capabilities)
+    state = _State(config, capabilities, import_error)
     config.stash[_STATE] = state
     config.pluginmanager.register(state, "ootci-state")
+
+
+def _import_backend(module: str) -> str | None:
+    """Import torch, then the backend; why that failed, or None.
+
+    torch comes first, as a user's `import torch` would: a backend whose package defines
+    its autoload hook after its own `import torch` (a circular import) fails when it is
+    imported before torch, and works after. When the backend cannot be imported at all,
+    every test still runs and fails with this error (see _State.pytest_runtest_setup), so
+    that a broken import costs no result.
+    """
+    found = _source_tree_copy(module)
+    if found:
+        # Worded as runner/verify.py words it, which gives the hint (runner/rootcause.py).
+        return (f"--ootci-import: import {module} finds {found['imported_from']} (a same-named directory of a "
+                f"source tree) instead of the installed {found['installed_at']}")
+    for name in ("torch", module):
+        try:
+            __import__(name)
+        except Exception as exc:
+            return f"--ootci-import: cannot import {name!r}: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _source_tree_copy(module: str) -> dict | None:
@@ -211,9 +228,11 @@ def _read_ids(path: str) -> set[str]:
 class _State:
     """Per-session state and the hooks that need it."""
 
-    def __init__(self, config: pytest.Config, capabilities: set[str]):
+    def __init__(self, config: pytest.Config, capabilities: set[str], import_error: str | None = None):
         self.config = config
         self.capabilities = capabilities
+        self.import_error = import_error
+        """why the backend could not be imported: every test fails with it"""
         self.timeout = float(config.getoption("ootci_test_timeout") or 0)
         self.progress_dir = config.getoption("ootci_progress")
         self.junit = None
@@ -313,12 +332,20 @@ class _State:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous_handler)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if self.import_error:
+            raise BackendImportFailed(self.import_error)
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         outcome = yield
         report = outcome.get_result()
         if call.excinfo is not None and call.excinfo.errisinstance(OotciTestTimeout):
             report.user_properties.append(("ootci.outcome", "timeout"))
+        elif call.excinfo is not None and call.excinfo.errisinstance(BackendImportFailed):
+            # The test could not start: it failed, with the import error as its message.
+            report.user_properties.append(("ootci.outcome", "failed"))
 
     # -- results ----------------------------------------------------------------------
 
