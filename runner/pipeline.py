@@ -2,7 +2,10 @@
 
 The record is rewritten atomically after each stage, so a run that is killed, times
 out or is interrupted still leaves a valid record saying how far it got. A failed
-stage blocks the ones after it; a bug in a stage becomes a `crashed` result with
+stage blocks the ones after it unless it says its failure leaves them meaningful
+(`blocks_later_stages: false` in its data: a failed autoload check that leaves the
+device usable, failing smoke tests on a device that passes others); a stage that runs
+after such failures lists them in its `ran_despite`; a bug in a stage becomes a `crashed` result with
 its traceback in the stage log, never a crash of the runner.
 """
 
@@ -141,6 +144,8 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
     reporter.run_started(record, run_dir)
     blocker: str | None = None
     skipper: str | None = None  # a stage found nothing to test (a prebuilt backend pinned to another torch)
+    # Stages that failed without blocking the rest, as "<stage>: <summary>": each later stage says it ran despite them.
+    despite: list[str] = []
     names = list(STAGES)
     try:
         for i, name in enumerate(names):
@@ -164,9 +169,13 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
                     for rest in names[i + 1:]:
                         record.stages.append(StageResult(name=rest, status=Status.blocked, summary=summary))
                     raise
+                if despite:
+                    result.data["ran_despite"] = list(despite)
                 reporter.stage_finished(manifest.name, result)
                 if not result.status.ok and result.data.get("blocks_later_stages", True):
                     blocker = name
+                elif not result.status.ok:
+                    despite.append(f"{name}: {result.root_cause.summary if result.root_cause else result.summary}")
                 elif result.status is Status.skipped and result.data.get("skip_rest"):
                     skipper = result.summary
                 if name == "torch":

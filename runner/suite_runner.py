@@ -481,6 +481,13 @@ def stage_specs(ctx, stage: str) -> list[SuiteSpec]:
     return specs
 
 
+def device_unusable(results: list[TestResult]) -> bool:
+    """True when no test that ran passed: the device cannot even make a tensor and copy it back,
+    and every later suite would only repeat that. A suite that ran nothing says nothing."""
+    ran = [t for t in results if t.outcome is not Outcome.skipped]
+    return bool(ran) and not any(t.outcome in (Outcome.passed, Outcome.flaky, Outcome.xpassed) for t in ran)
+
+
 def vendor_root(ctx) -> Path:
     """Where vendor suite paths and commands start: the backend's source checkout."""
     checkout = ctx.source_dir
@@ -563,6 +570,9 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
         data["shard"] = shard
         if unmatched is not None:
             data["unmatched_expected_failures"] = unmatched
+    if status is Status.failed:
+        # Failing tests do not make later suites meaningless; a device that passes nothing does.
+        data["blocks_later_stages"] = device_unusable(results)
     return StageResult(
         name=stage, status=status, summary=summary, counts=junit.count_by_outcome(results), root_cause=cause,
         data=data,

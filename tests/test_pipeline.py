@@ -310,4 +310,6 @@ def test_suites_still_run_when_only_a_non_blocking_autoload_check_fails(torch_la
     smoke = record.stage("smoke")
     assert smoke.status is not Status.blocked, smoke.summary
     assert smoke.counts, "the smoke suite reported no tests"
+    # The record says which failure the suite ran despite.
+    assert smoke.data["ran_despite"] == [f"autoload: {autoload.root_cause.summary}"]
     assert record.status is Status.failed and result.returncode == 1
