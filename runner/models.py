@@ -8,6 +8,7 @@ records written by older versions still load.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shlex
 from enum import Enum
 from typing import Any
@@ -216,13 +217,24 @@ SUITES = ("smoke", "integration")
 """ootci's own test suites, in the order they run: the one place their names are spelled."""
 
 
+PYTORCH_VARIANT = re.compile(r"cpu|cu\d+|rocm\d+(?:\.\d+)*|xpu")
+PYTORCH_INDEX = "https://download.pytorch.org/whl/"
+
+
+def variant_index(version: str) -> str | None:
+    """PyTorch's package index of a release build's variant (2.13.0+cpu: .../whl/cpu), or None."""
+    local = version.partition("+")[2]
+    return PYTORCH_INDEX + local if PYTORCH_VARIANT.fullmatch(local) else None
+
+
 def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | list[str] = SUITES,
                       shard: str | None = None) -> str:
     """`ootci run ...` that tests the same backend against the same torch, on any machine.
 
     The torch is named as resolved, never as asked for: `nightly` becomes the version
     that ran (with its index), a wheel path (a runner's temporary file) becomes the
-    version or, for a source build, the commit.
+    version or, for a source build, the commit. A version with a variant (2.13.0+cpu) and no
+    recorded index names PyTorch's index of that variant, where any machine can install it.
     """
     argv = ["ootci", "run", backend]
     spec = torch.spec
@@ -233,8 +245,10 @@ def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | 
         argv += ["--torch", f"git:{torch.git_version}"]
     elif resolved := torch.dist_version or torch.version:
         argv += ["--torch", resolved]
-        if torch.index_url:
-            argv += ["--index-url", torch.index_url]
+        # 2.13.0+cpu from a machine's own wheel directory installs elsewhere from PyTorch's index of
+        # that variant; a version without a local part is PyPI's.
+        if index := torch.index_url or variant_index(resolved):
+            argv += ["--index-url", index]
     else:
         argv += ["--torch", spec]
     if tuple(suites) != SUITES:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.models import RunRecord, Status
+from ootci.runner.models import RunRecord, Status, variant_index
 from tests.support.cli import OOTCI, ootci
 from tests.support.records import only_record, records_under
 
@@ -56,7 +56,10 @@ def test_run_writes_a_valid_record(toy_runs, layer_torch):
     # Not a registered name: the command names the manifest (relative to where ootci ran),
     # and the torch as resolved.
     toy = os.path.relpath(manifest("toy"))
-    assert record.command == f"ootci run {toy} --torch {layer_torch['dist_version']}"
+    # A variant build (2.13.0+cpu from this machine's wheels) adds the PyTorch index it installs from elsewhere.
+    index = variant_index(layer_torch["dist_version"])
+    assert record.command == f"ootci run {toy} --torch {layer_torch['dist_version']}" + (
+        f" --index-url {index}" if index else "")
     for stage in record.stages:
         if stage.log:
             assert (out / record.run_id / stage.log).is_file()

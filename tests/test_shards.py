@@ -108,7 +108,8 @@ def test_reproduce_command_names_the_shard():
 
     torch = TorchInfo(spec="2.13.0", version="2.13.0+cpu", dist_version="2.13.0+cpu")
     assert reproduce_command("openreg", torch, ("integration",), "2/3") == \
-        "ootci run openreg --torch 2.13.0+cpu --suites integration --shard 2/3"
+        "ootci run openreg --torch 2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu --suites integration " \
+        "--shard 2/3"
     assert shards._without_shard("ootci run openreg --torch 2.13.0+cpu --shard 2/3") == \
         "ootci run openreg --torch 2.13.0+cpu"
 

@@ -150,6 +150,15 @@ def test_a_bad_torch_specifier_is_refused():
     (TorchInfo(spec="installed", source="/home/me/venv/bin/python", version="2.13.0+cpu"), ("smoke", "integration"),
      "ootci run openreg --python /home/me/venv/bin/python"),
     (TorchInfo(spec="nightly"), ("smoke", "integration"), "ootci run openreg --torch nightly"),
+    # A release's CPU build from this machine's wheel directory: elsewhere it is on PyTorch's CPU index.
+    (TorchInfo(spec="2.13.0", version="2.13.0+cpu", dist_version="2.13.0+cpu", source="torch==2.13.0"),
+     ("smoke", "integration"), "ootci run openreg --torch 2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu"),
+    (TorchInfo(spec="2.14.0", version="2.14.0+cu130", dist_version="2.14.0+cu130"), ("smoke",),
+     "ootci run openreg --torch 2.14.0+cu130 --index-url https://download.pytorch.org/whl/cu130 --suites smoke"),
+    (TorchInfo(spec="2.14.0", version="2.14.0+rocm6.4", dist_version="2.14.0+rocm6.4"), ("smoke", "integration"),
+     "ootci run openreg --torch 2.14.0+rocm6.4 --index-url https://download.pytorch.org/whl/rocm6.4"),
+    (TorchInfo(spec="2.14.0", version="2.14.0+mybuild", dist_version="2.14.0+mybuild"), ("smoke", "integration"),
+     "ootci run openreg --torch 2.14.0+mybuild"),  # no index known for a local build
 ])
 def test_reproduce_command_names_the_torch_as_resolved(torch, suites, expected):
     assert reproduce_command("openreg", torch, suites) == expected

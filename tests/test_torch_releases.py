@@ -21,7 +21,7 @@ import pytest
 from packaging.version import Version
 
 from ootci.runner import envs, torch_pin
-from ootci.runner.models import BisectRecord, RunRecord, Status, Verdict
+from ootci.runner.models import BisectRecord, RunRecord, Status, Verdict, variant_index
 from ootci.runner.verify import ABI_HINT
 from tests.support import real_wheels
 from tests.support.cli import ootci
@@ -103,7 +103,9 @@ def test_openreg_is_green_on_every_release(runs, version):
     # The record names the torch that ran, as its own interpreter reported it.
     assert Version(record.torch.version).public == version
     assert re.fullmatch(r"[0-9a-f]{40}", record.torch.git_version)
-    assert record.command == f"ootci run openreg --torch {record.torch.dist_version}"
+    index = variant_index(record.torch.dist_version)  # 2.13.0+cpu here: PyTorch's CPU index; 2.14.0: PyPI
+    assert record.command == f"ootci run openreg --torch {record.torch.dist_version}" + (
+        f" --index-url {index}" if index else "")
     # The environment's `import torch` was the layer's, and the wheel was built against it.
     layer = record.stage("torch").data["layer"]
     assert record.stage("install").data["torch_location"].startswith(layer)
