@@ -1,15 +1,18 @@
 # Two entry points, the same on a laptop and in CI:
 #   make demo  - set up, run the whole pipeline on the bundled OpenReg backend, build the dashboard
 #   make test  - set up, run the test suite
-.PHONY: setup demo test
+.PHONY: setup setup-demo demo test
 OOTCI := .venv/bin/ootci
 TORCH ?= 2.13.0
 OUT ?= out
 
 setup:
-	@bash scripts/setup.sh
+	@bash scripts/setup.sh test
 
-demo: setup
+setup-demo:
+	@bash scripts/setup.sh demo
+
+demo: setup-demo
 	$(OOTCI) run openreg --torch $(TORCH) --out $(OUT)/runs; \
 	status=$$?; \
 	$(OOTCI) dashboard build --data $(OUT)/runs --out $(OUT)/site || exit $$?; \
