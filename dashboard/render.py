@@ -25,7 +25,7 @@ GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "bl
          "missing": "?"}
 COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "crashed": "#82071e", "timeout": "#bc4c00",
            "blocked": "#8c959f", "skipped": "#afb8c1", "missing": "#bf3989", "unknown": "#8c959f"}
-OUTCOME_ORDER = ("failed", "error", "crashed", "timeout", "xpassed", "flaky", "xfailed", "skipped", "passed")
+OUTCOME_ORDER = ("failed", "error", "crashed", "timeout", "xpassed", "flaky", "fixed", "xfailed", "skipped", "passed")
 _RANK = {o: i for i, o in enumerate(OUTCOME_ORDER)}
 LONG_TEXT = 20_000  # characters of a message or log tail shown before cutting
 

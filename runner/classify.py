@@ -4,13 +4,15 @@ A manifest's `expected_failures` entries name a test id exactly, or an fnmatch
 pattern of ids; a pattern may start with `<suite>::` to apply to one suite only. An
 id is compared for equality first, because pytest ids contain `[...]`, which fnmatch
 reads as a character class. An entry with `torch = "<2.15"` applies only to the torch
-versions it names; for any other torch it does not exist.
+versions it names; for any other torch it does not exist. The backend's known-failures
+file (runner/known_failures.py) names tests exactly and applies to every torch.
 """
 
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
+from .known_failures import KnownFailure
 from .manifest import ExpectedFailure, Manifest
 from .models import SUITES, Outcome, TestResult
 
@@ -31,17 +33,30 @@ def expected_failures(manifest: Manifest, torch_version: str | None) -> list[Exp
 
 
 def expected_failure(manifest: Manifest, suite: str, test_id: str,
-                     torch_version: str | None = None) -> ExpectedFailure | None:
-    return next((e for e in expected_failures(manifest, torch_version) if matches(e, suite, test_id)), None)
+                     torch_version: str | None = None) -> ExpectedFailure | KnownFailure | None:
+    """The manifest's entry for this test, else its line in the known-failures file, else None."""
+    found = next((e for e in expected_failures(manifest, torch_version) if matches(e, suite, test_id)), None)
+    return found or manifest.known.get(suite, {}).get(test_id)
 
 
 def _reason(entry: ExpectedFailure) -> str:
     return entry.reason + (f" ({entry.link})" if entry.link else "")
 
 
-def apply_expected(result: TestResult, entry: ExpectedFailure | None) -> TestResult:
-    """xfailed for an expected failure that failed, xpassed for one that passed."""
+def apply_expected(result: TestResult, entry: ExpectedFailure | KnownFailure | None) -> TestResult:
+    """xfailed for an expected failure that failed; for one that passed, xpassed (a manifest
+    entry: the list a person keeps must not go stale) or fixed (a known failure: good news,
+    which `ootci expect --prune` takes off the list)."""
     if entry is None:
+        return result
+    if isinstance(entry, KnownFailure):
+        if result.outcome in NOT_PASSING:
+            message = f"known failure ({entry.outcome} with torch {entry.torch or '?'}); it {result.outcome.value}: " \
+                      f"{result.message}"
+            return result.model_copy(update={"outcome": Outcome.xfailed, "message": message})
+        if result.outcome in (Outcome.passed, Outcome.flaky):
+            message = f"fixed: listed as a known failure ({entry.outcome}: {entry.reason}), and it passed"
+            return result.model_copy(update={"outcome": Outcome.fixed, "message": message})
         return result
     if result.outcome in NOT_PASSING:
         message = f"expected failure: {_reason(entry)}; it {result.outcome.value}: {result.message}"

@@ -19,6 +19,7 @@ COMMANDS = [
     "torch",
     "verify",
     "test",
+    "expect",
     "dashboard",
     "history",
     "summary",

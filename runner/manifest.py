@@ -21,7 +21,9 @@ from packaging.version import InvalidVersion, Version
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
                       model_validator)
 
+from . import known_failures
 from .errors import ManifestError
+from .known_failures import KnownFailure
 
 
 class Capability(str, Enum):
@@ -226,11 +228,16 @@ class Manifest(_Strict):
     dtypes: list[str] = Field(default_factory=lambda: ["float32"])
     suites: Suites = Field(default_factory=Suites)
     expected_failures: list[ExpectedFailure] = Field(default_factory=list)
+    known_failures: str = Field(
+        default="", description="the baseline file of known failures beside the manifest, written by `ootci expect` "
+        "(e.g. \"known-failures.toml\"); empty for none")
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retries: int = Field(default=2, ge=0, le=10, description="re-runs of a failing test, to tell flaky from failing")
 
     # Set by the loader, not by the file.
     path: Path | None = Field(default=None, exclude=True)
+    known: dict[str, dict[str, KnownFailure]] = Field(default_factory=dict, exclude=True)
+    """the known failures file, read: suite -> test id -> entry"""
 
     @model_validator(mode="after")
     def _recipe_fits_source(self) -> "Manifest":
@@ -293,6 +300,9 @@ class Manifest(_Strict):
     def directory(self) -> Path:
         assert self.path is not None
         return self.path.parent
+
+    def known_failures_path(self) -> Path | None:
+        return (self.directory / self.known_failures) if self.known_failures else None
 
     def source_dir(self) -> Path | None:
         if self.source.path is None:
@@ -384,4 +394,15 @@ def load(path: Path) -> Manifest:
     except ValidationError as exc:
         raise ManifestError("\n".join(f"{path}: {line}" for line in _describe(exc))) from None
     manifest.path = path.resolve()
+    baseline = manifest.known_failures_path()
+    if baseline is not None:
+        if not baseline.is_file():
+            raise ManifestError(f"{path}: field 'known_failures': {baseline} does not exist (`ootci expect --from RUN` "
+                                f"writes it)")
+        manifest.known = known_failures.load(baseline)
+        vendor = {v.name for v in manifest.suites.vendor}
+        unknown = sorted(set(manifest.known) - {"smoke", "integration", *vendor})
+        if unknown:
+            raise ManifestError(f"{baseline}: [{unknown[0]}]: no such suite in {path} (suites: smoke, integration"
+                                f"{''.join(', ' + v for v in sorted(vendor))})")
     return manifest

@@ -54,10 +54,12 @@ class Outcome(str, Enum):
     flaky = "flaky"
     timeout = "timeout"
     crashed = "crashed"
+    fixed = "fixed"
+    """a known failure (the backend's baseline, `ootci expect`) that passed"""
 
     @property
     def ok(self) -> bool:
-        return self in (Outcome.passed, Outcome.skipped, Outcome.xfailed, Outcome.flaky)
+        return self in (Outcome.passed, Outcome.skipped, Outcome.xfailed, Outcome.flaky, Outcome.fixed)
 
 
 class _Model(BaseModel):

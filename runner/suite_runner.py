@@ -14,8 +14,13 @@ How one suite runs:
    and pytest is started again on the tests that have no result yet, without the
    one that crashed. This repeats up to MAX_RESUMES times.
 2. Tests that did not pass (failed, error, timeout, crashed) and are not expected
-   failures are run again, alone, up to `manifest.retries` times: passing on a
-   retry makes a test `flaky` (attempts > 1); failing every time keeps it failing.
+   failures are run again, up to `manifest.retries` times: passing on a retry makes a
+   test `flaky` (attempts > 1); failing every time keeps it failing. Retries are
+   cheap by rule: a test that fails twice with the same error is deterministic and
+   not run a third time; a test that crashed or timed out is re-run at most once; and
+   all retries together get at most RETRY_SHARE of the first attempt's time (at least
+   RETRY_FLOOR_S), cheap failures first. What was re-run, and what the budget left
+   out, is in the stage's data (`suites.<name>.retries`).
 3. Expected failures from the manifest become `xfailed`, or `xpassed` if they passed.
 4. The classified results are written to `<junit dir>/<suite>.xml`; the raw files
    of every attempt stay under `<junit dir>/raw/<suite>/`.
@@ -42,6 +47,11 @@ PROBES_DIR = Path(__file__).resolve().parent / "probes"
 PLUGIN = "ootci_plugin"
 MAX_RESUMES = 25
 XDIST_MIN_TESTS = 100
+RETRY_SHARE = 0.5
+RETRY_FLOOR_S = 30.0
+# Outcomes that end the interpreter (or need it ended): each re-run costs a process start.
+_EXPENSIVE = frozenset({Outcome.crashed, Outcome.timeout})
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 # pytest exit codes after which the session ran to its end.
 _SESSION_ENDED = {0, 1, 5}
 _EXIT_MEANING = {2: "interrupted", 3: "internal error", 4: "usage error"}
@@ -93,6 +103,8 @@ class SuiteRun:
     summary: str = ""
     root_cause: RootCause | None = None
     duration_s: float = 0.0
+    retries: dict | None = None
+    """how the retries went: re-run, deterministic, left out by the budget, time spent and allowed"""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -107,6 +119,8 @@ class _Attempt:
     suite_timed_out: bool = False
     not_reached: set[str] = field(default_factory=set)
     """Collected tests the process never got to (recorded as errors)."""
+    cut_by_budget: bool = False
+    """the retry budget ran out while this attempt ran (a retry only)"""
 
 
 class SuiteRunner:
@@ -148,46 +162,73 @@ class SuiteRunner:
         raw_dir = self.junit_dir / "raw" / spec.name
         shutil.rmtree(raw_dir, ignore_errors=True)
         raw_dir.mkdir(parents=True)
+        retries = None
         if spec.is_command:
             first = self._run_command(spec, raw_dir)
             results = self._classify(spec.name, first.cases, {}, {})
         else:
             first = self._attempt(spec, raw_dir, attempt=1, only=only)
-            results = self._with_retries(spec, raw_dir, first)
+            results, retries = self._with_retries(spec, raw_dir, first, time.monotonic() - start)
         out = self.junit_dir / f"{spec.name}.xml"
         junit.write(out, spec.name, results)
         run = SuiteRun(spec.name, Status.passed, results, list(first.problems), out,
-                       duration_s=time.monotonic() - start)
+                       duration_s=time.monotonic() - start, retries=retries)
         run.root_cause = first.root_cause
         self._judge(run, first)
         return run
 
     # -- retries and classification ---------------------------------------------------
 
-    def _with_retries(self, spec: SuiteSpec, raw_dir: Path, first: _Attempt) -> list[TestResult]:
+    def _with_retries(self, spec: SuiteSpec, raw_dir: Path, first: _Attempt,
+                      first_s: float) -> tuple[list[TestResult], dict | None]:
         cases = dict(first.cases)
         attempts = {test_id: 1 for test_id in cases}
         first_failure: dict[str, JUnitCase] = {}
-        failing = [i for i, c in cases.items() if self._retriable(spec.name, c)]
+        # Cheap failures first: a crash or a hang costs a process start (and maybe its time limit).
+        failing = sorted((i for i, c in cases.items() if self._retriable(spec.name, c)),
+                         key=lambda i: cases[i].outcome in _EXPENSIVE)
+        if not failing:
+            return self._classify(spec.name, cases, attempts, first_failure), None
+        budget = max(RETRY_FLOOR_S, RETRY_SHARE * first_s)
+        spent = 0.0
+        rerun: set[str] = set()
+        deterministic: set[str] = set()
+        left_out: set[str] = set()
         for attempt in range(2, self.manifest.retries + 2):
             if not failing or first.suite_timed_out or self._remaining() <= 1:
                 break
-            again = self._attempt(spec, raw_dir, attempt=attempt, only=failing)
+            if budget - spent <= 1:
+                left_out.update(failing)
+                break
+            t0 = time.monotonic()
+            again = self._attempt(spec, raw_dir, attempt=attempt, only=failing, budget_s=budget - spent)
+            spent += time.monotonic() - t0
             first.problems.extend(p for p in again.problems if p not in first.problems)
             still = []
             for test_id in failing:
                 case = again.cases.get(test_id)
                 if case is None or test_id in again.not_reached:
+                    if again.cut_by_budget:
+                        left_out.add(test_id)
                     continue  # the retry did not get to it: its last real result stands
-                first_failure.setdefault(test_id, cases[test_id])
+                earlier = cases[test_id]
+                first_failure.setdefault(test_id, earlier)
                 attempts[test_id] = attempt
                 cases[test_id] = case
-                if case.outcome in classify.NOT_PASSING:
+                rerun.add(test_id)
+                if case.outcome not in classify.NOT_PASSING:
+                    continue
+                if earlier.outcome in _EXPENSIVE or case.outcome in _EXPENSIVE or _same_failure(earlier, case):
+                    deterministic.add(test_id)  # a crash is re-run once; the same error twice is no accident
+                else:
                     still.append(test_id)
             failing = still
             if again.suite_timed_out:
                 first.suite_timed_out = True
-        return self._classify(spec.name, cases, attempts, first_failure)
+        left_out -= rerun
+        summary = {"rerun": len(rerun), "deterministic": len(deterministic), "left_out_by_budget": len(left_out),
+                   "spent_s": round(spent, 1), "budget_s": round(budget, 1)}
+        return self._classify(spec.name, cases, attempts, first_failure), summary
 
     def _retriable(self, suite: str, case: JUnitCase) -> bool:
         return (case.outcome in classify.NOT_PASSING
@@ -257,8 +298,12 @@ class SuiteRunner:
             "--ootci-import", m.import_name,
         ]
 
-    def _attempt(self, spec: SuiteSpec, raw_dir: Path, *, attempt: int, only: list[str] | None) -> _Attempt:
+    def _attempt(self, spec: SuiteSpec, raw_dir: Path, *, attempt: int, only: list[str] | None,
+                 budget_s: float | None = None) -> _Attempt:
+        """One attempt, resumed after each crash; `budget_s` (a retry) bounds its time: when it
+        runs out, the attempt stops and the tests it did not finish keep their earlier result."""
         result = _Attempt()
+        budget_end = None if budget_s is None else time.monotonic() + budget_s
         dead: set[str] = set()
         collected: set[str] = set()
         progress_dir = raw_dir / f"progress-{attempt}"
@@ -296,7 +341,11 @@ class SuiteRunner:
                 argv += ["--ootci-exclude", str(exclude_file)]
             # `python -m pytest` would put the working directory (a vendor's checkout) first on
             # sys.path; the installed backend must be the one imported.
-            proc = procs.run(argv, timeout=self._remaining(), log=self.log, env=procs.target_env(self._env()),
+            limit = self._remaining()
+            by_budget = budget_end is not None and budget_end - time.monotonic() < limit
+            if by_budget:
+                limit = max(0.0, budget_end - time.monotonic())
+            proc = procs.run(argv, timeout=limit, log=self.log, env=procs.target_env(self._env()),
                              cwd=spec.cwd, on_line=self.on_line)
             ended_at = time.time()
             parsed = junit.parse(xml)
@@ -304,6 +353,9 @@ class SuiteRunner:
                 result.cases[case.id] = case
             collected |= _read_lines(Path(f"{xml}.collected"))
             if not proc.timed_out and proc.returncode in _SESSION_ENDED and parsed.complete:
+                break
+            if proc.timed_out and by_budget:
+                result.cut_by_budget = True  # the test in progress was not at fault: no result for it
                 break
             victim = self._test_in_progress(progress_dir, result.cases)
             if victim is not None:
@@ -400,6 +452,11 @@ class SuiteRunner:
 # faulthandler's first line; pytest's progress dots may precede it on the same line.
 _FATAL = re.compile(r"(Fatal Python error: |Timeout \(\d+:\d\d:\d\d\)!)")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def _same_failure(a: JUnitCase, b: JUnitCase) -> bool:
+    """The same outcome with the same message, memory addresses aside."""
+    return a.outcome is b.outcome and _ADDRESS.sub("0x?", a.message or "") == _ADDRESS.sub("0x?", b.message or "")
 
 
 def first_failing_test(results: list[TestResult]) -> RootCause | None:
@@ -565,6 +622,7 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
         "counts": run.counts,
         "duration_s": round(run.duration_s, 3),
         "junit": os.path.relpath(run.junit, ctx.run_dir) if run.junit else None,
+        **({"retries": run.retries} if run.retries else {}),
     } for run in runs}}
     if shard:
         data["shard"] = shard

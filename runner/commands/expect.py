@@ -1,0 +1,76 @@
+"""`ootci expect --from RUN`: a run's failures become the backend's known failures.
+
+Writes every failed, crashed or timed-out test of the run into the known-failures file
+the backend's manifest names (runner/known_failures.py), creating the file, and naming it
+in the manifest, the first time. `--prune` removes the listed tests that passed (fixed)
+or that their suite no longer has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .. import atomic, known_failures, record_files, registry
+from ..errors import UsageError
+from ..manifest import Manifest
+from ..models import RunRecord
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("expect", help="make a run's failures the backend's known failures (its baseline)")
+    p.add_argument("--from", dest="source", type=Path, required=True, metavar="RUN",
+                   help="a run directory or its record.json")
+    p.add_argument("--manifest", metavar="NAME|PATH",
+                   help="the backend's manifest (default: the one the run was started with)")
+    p.add_argument("--prune", action="store_true",
+                   help="also remove listed tests that passed (fixed) or no longer exist")
+    p.set_defaults(func=cmd_expect)
+
+
+def read_run(source: Path) -> RunRecord:
+    path = source / record_files.RECORD_NAME if source.is_dir() else source
+    if not path.is_file():
+        raise UsageError(f"--from {source}: not a run record (no {path.name} there)")
+    try:
+        record = record_files.read(path)
+    except (OSError, ValueError, ValidationError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"--from {source}: not a run record ({first})") from None
+    if record.tests_pruned_at is not None:
+        raise UsageError(f"--from {source}: the run's test list was pruned from the history; use a newer run")
+    return record
+
+
+def manifest_of(record: RunRecord, given: str | None) -> Manifest:
+    if given:
+        return registry.resolve(given)
+    argv = shlex.split(record.command) if record.command else []
+    if len(argv) < 3 or argv[:2] != ["ootci", "run"]:
+        raise UsageError("the run does not say which manifest it used: give --manifest NAME|PATH")
+    return registry.resolve(argv[2])
+
+
+def cmd_expect(args: argparse.Namespace) -> int:
+    record = read_run(args.source)
+    manifest = manifest_of(record, args.manifest)
+    if manifest.name != record.backend:
+        raise UsageError(f"--from {args.source}: a run of {record.backend!r}, not of {manifest.name!r} ({manifest.path})")
+    assert manifest.path is not None
+    target = manifest.known_failures_path() or manifest.directory / known_failures.DEFAULT_NAME
+    baseline, counts = known_failures.update(manifest.known, record.tests, record.torch.version or record.torch.spec,
+                                             prune=args.prune)
+    atomic.write_text(target, known_failures.render(manifest.name, baseline))
+    if not manifest.known_failures:
+        text = manifest.path.read_text(encoding="utf-8")
+        atomic.write_text(manifest.path, known_failures.name_in_manifest(text, target.name))
+    total = sum(len(v) for v in baseline.values())
+    fixed = ""
+    if counts["fixed"] and not args.prune:
+        fixed = f"; {counts['fixed']} fixed (they passed): `--prune` removes them"
+    print(f"ootci expect: {target}: {total} known failures ({counts['added']} added, {counts['removed']} removed)"
+          f"{fixed}")
+    return 0

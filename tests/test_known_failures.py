@@ -1,0 +1,151 @@
+"""The known-failures file (runner/known_failures.py) and `ootci expect`: written, read back,
+updated from a run, named in the manifest; every mistake in it is one line naming the file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ootci.runner import classify, known_failures, manifest, record_files
+from ootci.runner.errors import ManifestError
+from ootci.runner.models import Outcome, RunRecord, TorchInfo
+from ootci.runner.models import TestResult as Result
+
+MANIFEST = """\
+name = "partly"
+device = "partly"
+distribution = "torch_partly"
+import_name = "torch_partly"
+entry_point = "torch_partly = torch_partly:_autoload"
+# the capabilities it has
+capabilities = ["autograd"]
+
+[source]
+path = ".."
+"""
+
+
+def ootci(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ootci.runner", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
+
+
+def result(test_id: str, outcome: Outcome, suite: str = "integration", message: str = "") -> Result:
+    return Result(id=test_id, suite=suite, outcome=outcome, message=message)
+
+
+def write_run(directory: Path, command: str, tests: list[Result]) -> Path:
+    record = RunRecord(run_id="partly-1", backend="partly", device="partly", started_at=dt.datetime.now(dt.timezone.utc),
+                       torch=TorchInfo(spec="2.13.0", version="2.13.0+cpu"), command=command, tests=tests)
+    record_files.write(directory, record)
+    return directory
+
+
+@pytest.fixture
+def vendor(tmp_path) -> Path:
+    (tmp_path / "ci").mkdir()
+    (tmp_path / "ci" / "backend.toml").write_text(MANIFEST)
+    return tmp_path
+
+
+def test_expect_writes_the_baseline_names_it_in_the_manifest_and_the_run_then_classifies_by_it(vendor):
+    run = write_run(vendor / "run1", "ootci run ci/backend.toml --torch 2.13.0", [
+        result("test_opinfo.py::test_compare_cpu[abs-int64]", Outcome.failed,
+               message="RuntimeError: abs is only implemented\nfor floating dtypes"),
+        result("test_opinfo.py::test_compare_cpu[fft.fft-float32]", Outcome.crashed, message="crashed: SIGSEGV"),
+        result("test_opinfo.py::test_compare_cpu[add-float32]", Outcome.passed),
+        result("test_opinfo.py::test_compare_cpu[sum-float32]", Outcome.flaky),
+        result("tests/test_mem.py::test_stats", Outcome.error, suite="own", message="No module named 'psutil'"),
+    ])
+    done = ootci("expect", "--from", str(run), cwd=vendor)
+    assert done.returncode == 0, done.stderr
+    baseline_file = vendor / "ci" / "known-failures.toml"
+    assert f"{baseline_file}: 3 known failures (3 added, 0 removed)" in done.stdout
+    text = baseline_file.read_text()
+    # One line a test, sorted by suite and id: a pull request's diff shows each test.
+    body = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert body == [
+        "[integration]",
+        '"test_opinfo.py::test_compare_cpu[abs-int64]" = { outcome = "failed", torch = "2.13.0+cpu", '
+        'reason = "RuntimeError: abs is only implemented for floating dtypes" }',
+        '"test_opinfo.py::test_compare_cpu[fft.fft-float32]" = { outcome = "crashed", torch = "2.13.0+cpu", '
+        'reason = "crashed: SIGSEGV" }',
+        "[own]",
+        '"tests/test_mem.py::test_stats" = { outcome = "error", torch = "2.13.0+cpu", reason = "No module named \'psutil\'" }',
+    ]
+    manifest_text = (vendor / "ci" / "backend.toml").read_text()
+    assert manifest_text == MANIFEST.replace("\n\n[source]", '\nknown_failures = "known-failures.toml"\n\n[source]')
+    # The manifest now reads the file (the vendor suite 'own' must exist for its table).
+    path = vendor / "ci" / "backend.toml"
+    with pytest.raises(ManifestError, match=r"known-failures.toml: \[own\]: no such suite in .*backend.toml"):
+        manifest.load(path)
+    path.write_text(manifest_text + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
+    m = manifest.load(path)
+    assert set(m.known) == {"integration", "own"}
+
+    def classified(test_id, outcome, suite="integration"):
+        entry = classify.expected_failure(m, suite, test_id, "2.14.0")
+        return classify.apply_expected(result(test_id, outcome, suite), entry).outcome
+
+    assert classified("test_opinfo.py::test_compare_cpu[abs-int64]", Outcome.failed) is Outcome.xfailed
+    assert classified("test_opinfo.py::test_compare_cpu[fft.fft-float32]", Outcome.timeout) is Outcome.xfailed
+    assert classified("test_opinfo.py::test_compare_cpu[abs-int64]", Outcome.passed) is Outcome.fixed
+    assert classified("test_opinfo.py::test_compare_cpu[neg-int64]", Outcome.failed) is Outcome.failed
+    assert Outcome.fixed.ok
+
+    # A later run: abs is fixed and one listed test is gone; --prune removes both, nothing else.
+    later = write_run(vendor / "run2", "ootci run ci/backend.toml --torch 2.13.0", [
+        result("test_opinfo.py::test_compare_cpu[abs-int64]", Outcome.fixed),
+        result("test_opinfo.py::test_compare_cpu[add-float32]", Outcome.passed),
+        result("tests/test_mem.py::test_stats", Outcome.xfailed, suite="own"),
+    ])
+    done = ootci("expect", "--from", str(later / "record.json"), cwd=vendor)
+    assert "1 fixed (they passed): `--prune` removes them" in done.stdout and "3 known failures" in done.stdout
+    done = ootci("expect", "--from", str(later), "--prune", cwd=vendor)
+    assert done.returncode == 0 and "1 known failures (0 added, 2 removed)" in done.stdout, done.stdout
+    assert list(tomllib.loads(baseline_file.read_text())) == ["own"]
+    assert path.read_text().count("known_failures =") == 1
+
+
+def test_bad_input_is_one_line(vendor, tmp_path):
+    not_a_run = tmp_path / "empty"
+    not_a_run.mkdir()
+    done = ootci("expect", "--from", str(not_a_run), cwd=vendor)
+    assert done.returncode == 2 and done.stderr == f"ootci: --from {not_a_run}: not a run record (no record.json there)\n"
+    (not_a_run / "record.json").write_text("{\"run_id\": 3}")
+    done = ootci("expect", "--from", str(not_a_run), cwd=vendor)
+    assert done.returncode == 2 and done.stderr.startswith(f"ootci: --from {not_a_run}: not a run record (")
+    assert len(done.stderr.splitlines()) == 1
+
+    path = vendor / "ci" / "backend.toml"
+    path.write_text(MANIFEST.replace("# the", 'known_failures = "known.toml"\n# the'))
+    done = ootci("show", str(path), cwd=vendor)
+    assert done.returncode == 3
+    assert done.stderr == (f"ootci: {path}: field 'known_failures': {path.parent / 'known.toml'} does not exist "
+                           "(`ootci expect --from RUN` writes it)\n")
+    for line, complaint in [
+        ('"test_compare_cpu?*abs" = { outcome = "failed", reason = "x" }', "not a test id"),
+        ('"test_a.py::test_b" = { outcome = "failed" }', "field 'reason': Field required"),
+        ('"test_a.py::test_b" = { outcome = "failed", reason = "x", why = "y" }', "field 'why'"),
+    ]:
+        (path.parent / "known.toml").write_text(f"[integration]\n{line}\n")
+        done = ootci("show", str(path), cwd=vendor)
+        assert done.returncode == 3 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert done.stderr.startswith(f"ootci: {path.parent / 'known.toml'}: [integration] ") and complaint in done.stderr
+
+
+@pytest.mark.parametrize("test_id, ok", [
+    ("test_opinfo.py::test_compare_cpu[abs-int64]", True),
+    ("tests/test_x.py::TestA::test_b[a b-1]", True),
+    ("outcomes::(command)", True),
+    ("test_opinfo.py::test_compare_cpu?*group_norm*", False),
+    ("no_separator", False),
+    ("two\nlines::x", False),
+])
+def test_a_test_id_is_exact(test_id, ok):
+    assert known_failures.is_test_id(test_id) is ok
