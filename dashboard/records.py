@@ -219,6 +219,19 @@ def _inline_rows(record: RunRecord) -> list[TestRow]:
     return [t.model_dump(mode="json") for t in record.tests]
 
 
+REASON_CHARS = 300  # of an expected failure's message, on the backend page
+
+
+def brief(text: str, limit: int = REASON_CHARS) -> str:
+    """text on one line, cut at a word boundary with an ellipsis when longer than limit."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:(") + "…"
+
+
 def digest(tests: list[TestRow], seen_testsets: set[str] | None = None, ids_hash: str | None = None,
            with_ops: bool = True) -> Digest:
     """The digest of a run's tests. ids_hash: the fingerprint record.json gives, trusted
@@ -230,7 +243,7 @@ def digest(tests: list[TestRow], seen_testsets: set[str] | None = None, ids_hash
     for t in tests:
         o = t["outcome"]
         if o == "xfailed" or o == "xpassed":
-            xfail[t["id"]] = t.get("message", "")[:300]
+            xfail[t["id"]] = brief(t.get("message", ""))
         if not with_ops:
             continue
         op = t.get("op")

@@ -19,7 +19,7 @@ from .records import FAILING
 from .store import Run, safe_name
 
 # Bump when templates or page layout change: the next build re-renders every page.
-RENDERER_VERSION = "9"
+RENDERER_VERSION = "10"
 STAGES = ("torch", "build", "install", "autoload", "smoke", "integration")
 GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "blocked": "–", "skipped": "○",
          "missing": "?"}
@@ -131,15 +131,14 @@ def log_name(base: str, stage: str) -> str:
 
 # --- SVG ----------------------------------------------------------------------------
 
-def sparkline(runs: list[Run], width: int = 4, height: int = 20) -> Markup:
-    """Bars for the last runs: height is the pass rate, colour the run's status."""
+def sparkline(runs: list[Run], width: int = 6, height: int = 20) -> Markup:
+    """One cell per run, the full height and coloured by the run's status: a red run is as
+    visible as a green one (its pass rate is on the backend page's chart)."""
     if not runs:
         return Markup("")
     paths: dict[str, list[str]] = {}
     for i, run in enumerate(runs):
-        rate = run.pass_rate if run.pass_rate is not None else (1.0 if run.ok else 0.0)
-        h = max(3, round(rate * height))
-        paths.setdefault(_status(run.status), []).append(f"M{i * width} {height}v-{h}h{width - 1}v{h}z")
+        paths.setdefault(_status(run.status), []).append(f"M{i * width} 0h{width - 1}v{height}h-{width - 1}z")
     w = len(runs) * width
     greens = sum(1 for r in runs if r.ok)
     title = f"last {len(runs)} runs: {greens} green, {len(runs) - greens} red"
@@ -149,7 +148,9 @@ def sparkline(runs: list[Run], width: int = 4, height: int = 20) -> Markup:
 
 
 def trend(runs: list[Run], hrefs: dict[int, str] | None = None, width: int = 760, height: int = 170) -> Markup:
-    """Pass rate over the backend's history, one dot per run coloured by status."""
+    """Pass rate over the backend's history, one dot per run that has test results, coloured by
+    status. A run without tests (its suites blocked or not asked for) has no pass rate: no dot,
+    rather than one at 0 % that would read as a collapse."""
     if not runs:
         return Markup("")
     pad_l, pad_r, pad_t, pad_b = 36, 8, 8, 20
@@ -162,9 +163,10 @@ def trend(runs: list[Run], hrefs: dict[int, str] | None = None, width: int = 760
                      f'<text x="{pad_l - 4}" y="{y + 4:.1f}" text-anchor="end">{pct}%</text>')
     points, dots = [], []
     for i, run in enumerate(runs):
+        if run.pass_rate is None:
+            continue
         x = pad_l + i * step if len(runs) > 1 else pad_l + plot_w / 2
-        rate = run.pass_rate if run.pass_rate is not None else 0.0
-        y = pad_t + plot_h * (1 - rate)
+        y = pad_t + plot_h * (1 - run.pass_rate)
         points.append(f"{x:.1f},{y:.1f}")
         label = html.escape(f"{fmt_time(run.started_at)} · {run.status} · pass rate {fmt_pct(run.pass_rate)}")
         dot = f'<circle class="f-{_status(run.status)}" cx="{x:.1f}" cy="{y:.1f}" r="3"><title>{label}</title></circle>'

@@ -26,6 +26,8 @@ LONG = "very long message " * 3000
 HOSTILE_ID = 'test_evil.py::test_<script>window.__pwned = 1</script>_"quoted"'
 HOSTILE_MSG = '<img src=x onerror="window.__pwned = 2; alert(2)"> Ünïcödé 日本語 ✓ 🔥'
 HOSTILE_CAUSE = "<svg onload=alert(3)>boom</svg>"
+# An expected failure's message longer than the backend page shows: cut at a word, with an ellipsis.
+LONG_REASON = "expected failure: differs from CPU by up to 8 ulp " + "Mismatched elements: 1 / 18 (5.6%) " * 12
 
 
 def hostile_record():
@@ -37,8 +39,12 @@ def hostile_record():
         models.TestResult(id=HOSTILE_ID, suite="smoke", outcome=models.Outcome.failed, message=HOSTILE_MSG,
                    log_tail="</pre><script>alert(4)</script>"),
         models.TestResult(id="test_long.py::test_" + "x" * 3000, suite="smoke", outcome=models.Outcome.error, message=LONG),
+        models.TestResult(id="test_xf.py::test_long_reason", suite="integration", outcome=models.Outcome.xfailed,
+                          message=LONG_REASON),
     ]
     smoke = record.stage("smoke")
+    # The runner's own words for a suite: its counts (the run page must not show them twice).
+    smoke.summary = "smoke: " + ", ".join(f"{n} {o}" for o, n in smoke.counts.items())
     smoke.status = smoke.status.failed
     smoke.root_cause = models.RootCause(kind="exception", summary=HOSTILE_CAUSE, hint="<b>not bold</b>")
     record.status = record.status.failed
@@ -78,8 +84,10 @@ def page(browser):
     page = context.new_page()
     page.dialogs = []
     page.errors = []
+    page.failed_requests = []  # what the browser asked for and did not get (a favicon.ico, say)
     page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
     page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.on("response", lambda r: r.status >= 400 and page.failed_requests.append((r.status, r.url)))
     yield page
     context.close()
 
@@ -109,6 +117,7 @@ def test_every_link_resolves(page, base):
         response = page.goto(url)
         assert response.status == 200, url
         assert page.errors == [], (url, page.errors)
+        assert page.locator("link[rel='icon']").count() == 1, url  # no /favicon.ico asked for (a 404)
         refs = page.eval_on_selector_all(
             "a[href], link[href], img[src], script[src]",
             "els => els.map(e => e.getAttribute('href') || e.getAttribute('src'))")
@@ -127,7 +136,8 @@ def test_every_link_resolves(page, base):
     assert any(u.endswith(".log.txt") for u in checked) and any(u.endswith(".svg") for u in checked)
     assert all(COMPARE.match(u) or COMMIT.match(u) or PULL.match(u) for u in external), external
     assert all(any(shape.match(u) for u in external) for shape in (COMPARE, COMMIT, PULL)), external
-    assert page.dialogs == []
+    assert any(u.endswith("assets/favicon.svg") for u in checked)
+    assert page.dialogs == [] and page.failed_requests == []
 
 
 def test_index_and_backend_pages_render(page, base):
@@ -135,7 +145,21 @@ def test_index_and_backend_pages_render(page, base):
     rows = page.locator("#backends tbody tr")
     assert rows.count() == 5
     assert page.locator("#backends tbody tr[data-status='crashed'] th a").first.inner_text() == "ascend"
+    # The device is named where it is not the backend's name: "openreg", not "openreg openreg".
+    names = page.locator("#backends tbody th.name").all_inner_texts()
+    assert "openreg" in names and "ascend npu" in names and "evil<b>end openreg" in names, names
+    heads = page.locator("#backends thead th").all_inner_texts()
+    assert len(heads) == len(set(h.lower() for h in heads)), heads  # one column headed "torch" (the stage)
     assert page.locator("svg.spark").count() == 5
+    # Every run of "Last 30 runs" is a cell as tall as the chart, a red one too (not a 3 px sliver).
+    cells = page.evaluate("""() => [...document.querySelectorAll('#backends svg.spark')].map(svg => ({
+        height: svg.getBBox().height, runs: [...svg.querySelectorAll('path')].map(p => p.getAttribute('d')),
+        tallest: Math.min(...[...svg.querySelectorAll('path')].map(p => p.getBBox().height))}))""")
+    for spark in cells:
+        assert spark["tallest"] == spark["height"] == 20, spark
+        assert sum(d.count("M") for d in spark["runs"]) in (10, 1), spark  # one cell per run
+    red = page.locator("#backends tbody tr", has_text="ascend").locator("svg.spark path.f-crashed")
+    assert red.bounding_box()["height"] == 20 and red.bounding_box()["width"] >= 5
     cell = page.locator("#backends tbody tr", has_text="gaudi").locator("td.c").nth(5)
     assert cell.get_attribute("title").startswith("integration: ")
     shot(page, "index")
@@ -145,9 +169,18 @@ def test_index_and_backend_pages_render(page, base):
     assert page.locator("#culprit").is_visible()
     assert page.locator("#culprit a.ext").get_attribute("href") == (
         f"https://github.com/pytorch/pytorch/compare/{synthetic.torch_commit(8)}...{synthetic.torch_commit(9)}")
+    assert page.locator("h1").inner_text().startswith("ascend device npu")
+    history_heads = page.locator("#history thead th").all_inner_texts()
+    assert len(history_heads) == len(set(h.lower() for h in history_heads)), history_heads
     assert page.locator("#history tbody tr").count() == 10
-    assert page.locator("svg.trend circle").count() == 10
+    # The latest run crashed in autoload, so its suites ran no tests: it is no point of the
+    # pass-rate chart (at 0 % it would read as a collapse). The other nine are.
+    assert page.locator("svg.trend circle").count() == 9
+    assert not any("pass rate –" in t for t in page.locator("svg.trend circle title").all_text_contents())
     shot(page, "backend-ascend", full_page=True)
+
+    page.goto(urljoin(base, "backends/openreg.html"))
+    assert "device" not in page.locator("h1").inner_text()  # not "openreg device openreg"
 
     page.goto(urljoin(base, "coverage.html"))
     assert page.locator("#coverage tbody tr").count() == len(synthetic.OPS)
@@ -172,11 +205,18 @@ def test_pr_page_shows_the_head_and_each_backend(page, base):
 def test_outcome_filter(page, base):
     page.goto(urljoin(base, "backends/gaudi.html"))
     page.locator("#history tbody tr[data-status='failed'] th a").first.click()
+    run_url = page.url
+    # The tests that did not pass are the page, worst first; the passed ones are behind the
+    # "passed" filter, off by default: a page of their own.
     rows = page.locator("#tests tbody tr")
     total = rows.count()
     failed = page.locator("#tests tbody tr[data-outcome='failed']").count()
     assert total > failed > 0
+    outcomes = [row.get_attribute("data-outcome") for row in rows.all()]
+    assert "passed" not in outcomes and outcomes == sorted(outcomes, key=["failed", "skipped"].index)
     assert page.locator("#filters").is_visible()
+    assert page.locator("#filters button[data-filter='all']").get_attribute("aria-pressed") == "true"
+    assert page.evaluate("document.documentElement.scrollHeight") < 3000
 
     page.locator("#filters button[data-filter='failed']").click()
     assert page.locator("#tests tbody tr:visible").count() == failed
@@ -188,6 +228,17 @@ def test_outcome_filter(page, base):
     matmul = sum(1 for t in page.locator("#tests tbody tr td:nth-child(2)").all_inner_texts() if "matmul" in t.lower())
     assert 0 < page.locator("#tests tbody tr:visible").count() == matmul < total
 
+    passed = int(page.locator("#filters a[href$='.passed.html'] .n").inner_text())
+    page.locator("#filters a[href$='.passed.html']").click()
+    assert page.url == run_url.removesuffix(".html") + ".passed.html"
+    assert page.locator("#tests tbody tr").count() == passed == \
+        page.locator("#tests tbody tr[data-outcome='passed']").count() > 0
+    page.fill("#search", "softmax")
+    softmax = page.locator("#tests tbody tr:visible").count()
+    assert 0 < softmax < passed and page.locator("#shown").inner_text() == f"{softmax} of {passed} tests shown"
+    page.get_by_role("link", name="the run's page").click()
+    assert page.url == run_url
+
 
 def test_run_page_without_javascript_shows_every_row(browser, base):
     context = browser.new_context(java_script_enabled=False)
@@ -198,6 +249,7 @@ def test_run_page_without_javascript_shows_every_row(browser, base):
     rows = page.locator("#tests tbody tr")
     assert rows.count() > 0 and page.locator("#tests tbody tr:visible").count() == rows.count()
     assert not page.locator("#filters").is_visible()
+    assert page.locator("#passed-tests a").is_visible()  # the passed tests are a link away
     context.close()
 
 
@@ -206,6 +258,10 @@ def test_hostile_text_stays_inert_and_readable(page, base):
     page.get_by_role("link", name="evil<b>end", exact=True).click()
     assert page.locator("h1").inner_text().startswith("evil<b>end")
     assert page.locator("#culprit a.ext").count() == 0  # a non-hex commit is never linked
+    reason = page.locator("#xfail li", has_text="test_long_reason").locator(".muted").inner_text()
+    assert reason.endswith("…") and len(reason) < 320, reason
+    assert reason.removeprefix("— ").removesuffix("…") in LONG_REASON  # cut where a word ends, on one line
+    assert LONG_REASON[len(reason.removeprefix("— ").removesuffix("…"))] == " "
     page.locator("#history tbody tr th a").first.click()
 
     assert page.locator("h1").inner_text().startswith("evil-<i>run</i>")
@@ -215,6 +271,9 @@ def test_hostile_text_stays_inert_and_readable(page, base):
     assert page.locator("img[src='x']").count() == 0
     assert page.locator("main svg[onload], main i").count() == 0
     assert page.get_by_text("<b>not bold</b>").is_visible()
+    smoke_row = page.locator("#stages tbody tr", has_text="smoke:").inner_text()
+    counts = hostile_record().stage("smoke").counts
+    assert counts and all(smoke_row.count(f"{n} {o}") == 1 for o, n in counts.items()), smoke_row  # once each
     assert page.locator("script").count() == 1  # only the filter script
     assert page.evaluate("window.__pwned") is None
     assert page.dialogs == [] and page.errors == []

@@ -59,9 +59,12 @@ def test_every_page_kind_is_written(history):
         assert badge.startswith("<svg") and "<title>" in badge
     assert (out / "index.html").is_file() and (out / "coverage.html").is_file()
     assert sorted(p.name for p in (out / "prs").iterdir()) == ["100.html", "101.html"]
-    # Every run page copies the logs its record names.
-    run_pages = list((out / "runs").glob("*/*.html"))
+    # Every run page copies the logs its record names; its passed tests are a page beside it.
+    run_pages = [p for p in (out / "runs").glob("*/*.html") if not p.name.endswith(".passed.html")]
     assert len(run_pages) == report.run_pages_written == 60
+    passed_pages = list((out / "runs").glob("*/*.passed.html"))
+    assert {p.with_name(p.name.replace(".passed.html", ".html")) for p in passed_pages} <= set(run_pages)
+    assert len(passed_pages) > 40
     some = out / "runs" / "gaudi"
     assert len(list(some.glob("*.integration.log.txt"))) == 14
 
@@ -325,11 +328,19 @@ def test_new_failures_then_fixed_incrementally(tmp_path):
     assert third.parsed == 0 and third.backend_pages == 0 and third.run_pages_written == 0
 
 
+def run_pages(directory: Path) -> set[str]:
+    """Run ids with a page in directory; a run's page of passed tests goes and comes with it."""
+    pages = {p.name.removesuffix(".html") for p in directory.glob("*.html") if not p.name.endswith(".passed.html")}
+    passed = {p.name.removesuffix(".passed.html") for p in directory.glob("*.passed.html")}
+    assert passed and passed <= pages, (passed, pages)
+    return pages
+
+
 def test_run_page_retention_keeps_the_culprit_pair(tmp_path):
     data, out = tmp_path / "runs", tmp_path / "site"
     records = write_nights(data, "ascend", range(0, 14))
     build(data, out, run_pages=3)
-    kept = {p.stem for p in (out / "runs" / "ascend").glob("*.html")}
+    kept = run_pages(out / "runs" / "ascend")
     expected = {r.run_id for r in records[-3:]} | {records[8].run_id, records[9].run_id}
     assert kept == expected
     links = [r["page"] for r in api(out, "ascend")["runs"] if r["page"]]
@@ -337,7 +348,7 @@ def test_run_page_retention_keeps_the_culprit_pair(tmp_path):
 
     more = write_nights(data, "ascend", range(14, 16))
     report = build(data, out, run_pages=3)
-    kept = {p.stem for p in (out / "runs" / "ascend").glob("*.html")}
+    kept = run_pages(out / "runs" / "ascend")
     assert kept == {r.run_id for r in (records + more)[-3:]} | {records[8].run_id, records[9].run_id}
     assert report.run_pages_deleted == 2 and report.run_pages_written == 2
 
