@@ -421,34 +421,54 @@ def test_pytorch_pr_starts_no_backend_for_an_unlabelled_or_closed_pr(act_setup, 
 
 
 @needs_openreg
-def test_pytorch_pr_runs_a_gated_pr_and_reports_to_the_relay(act_setup, httpserver, tmp_path):
-    """The relay's real payload (synchronize, label ciflow/oot) runs OpenReg, with 2.13.0 standing
-    in for the PR's torch build (OOTCI_PR_TORCH), files the record under the PR, and reports
-    in_progress then completed to a local relay with this job's OIDC token."""
+def test_a_vendor_repository_runs_a_gated_pr_through_pr_yml_and_reports_exactly_once_each(act_setup, httpserver,
+                                                                                          tmp_path):
+    """A vendor's repository, dispatched to by PyTorch's relay, calls
+    ootci/ootci/.github/workflows/pr.yml@<sha> with examples/vendor-pytorch-pr.yml and its own
+    manifest. The relay's real payload (synchronize, label ciflow/oot) runs the backend with 2.13.0
+    standing in for the PR's torch build (OOTCI_PR_TORCH), and a local server that plays the relay
+    with its state machine (it refuses a repeated in_progress, a completed first, an unknown
+    delivery and a wrong audience) gets exactly in_progress then completed, each accepted."""
     from tests.support.fake_relay import FakeRelay
 
-    workdir, root, env = act_setup
+    _, root, env = act_setup
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    ootci_copy = as_called_from_elsewhere(REPO, tmp_path / "ootci", sha)
+    vendor = vendor_repository(act_dir(tmp_path, "torch-acme"), sha)
     event = json.loads((RELAY_FIXTURES / "synchronize-gated.json").read_text())
     relay = FakeRelay(httpserver, dispatched={event["client_payload"]["delivery_id"]})
     token_env = {k: v for k, v in relay.env().items() if k.startswith("ACTIONS_")}
-    result, out = relay_dispatch(
-        workdir, root, tmp_path, "synchronize-gated.json", env={**env, **token_env},
-        variables={"OOTCI_PR_TORCH": TORCH, "OOTCI_RELAY_CALLBACK_URL": relay.env()["OOTCI_RELAY_CALLBACK_URL"]})
+    ootci_act_dir = act_dir(tmp_path, "out")
+
+    result = run_act(vendor, "repository_dispatch", ".github/workflows/ootci-pytorch-pr.yml",
+                     env={**env, **token_env, "OOTCI_ACT_DIR": str(ootci_act_dir)}, inputs={},
+                     log=tmp_path / "act.log", stubs=tmp_path / "stubs", ootci=ootci_copy,
+                     event_payload=RELAY_FIXTURES / "synchronize-gated.json",
+                     variables={"OOTCI_PR_TORCH": TORCH,
+                                "OOTCI_RELAY_CALLBACK_URL": relay.env()["OOTCI_RELAY_CALLBACK_URL"]})
 
     assert result.returncode == 0, result.output[-8000:]
     assert_no_gated_action_ran(result.output)
-    [record] = records_under(out / "history" / "runs")
-    assert (record.backend, record.trigger, record.pr, record.status) == (BACKEND, "pr", 167123, Status.passed)
+    [artifact] = list((ootci_act_dir / "artifacts").iterdir())
+    [record] = records_under(artifact)
+    assert (record.backend, record.trigger, record.pr, record.status) == ("acme-openreg", "pr", 167123, Status.passed)
+    assert record.torch.spec == TORCH  # the record names the torch that ran
     pull_request = event["client_payload"]["payload"]["pull_request"]
     assert record.pr_head_sha == pull_request["head"]["sha"]
     assert record.relay_delivery_id == event["client_payload"]["delivery_id"]
-    assert [b["workflow"]["status"] for b in relay.accepted] == ["in_progress", "completed"]
+    # Exactly two reports, both accepted: nothing the relay refused (a second in_progress) was sent.
+    assert [b["workflow"]["status"] for b in relay.received] == ["in_progress", "completed"]
+    assert relay.accepted == relay.received
     assert relay.accepted[1]["workflow"]["conclusion"] == "success"
     for body in relay.accepted:  # the envelope, unchanged, beside the workflow object
         assert {k: v for k, v in body.items() if k != "workflow"} == event["client_payload"]
+        # The stand-in torch is never silent: the check's name on the PR says which torch ran.
+        assert body["workflow"]["name"].endswith(f"(torch {TORCH}, not the PR's build)")
+        assert body["workflow"]["test_results"]["torch_instead_of_pr"] == TORCH
     assert all(auth.startswith("Bearer jwt.pytorch-cross-repo-ci-relay.") for auth in relay.auth)
-    results = relay.accepted[1]["workflow"]["test_results"]
-    assert BACKEND in json.dumps(results)
+    assert "acme-openreg" in json.dumps(relay.accepted[1]["workflow"]["test_results"])
+    assert not (ootci_act_dir / "history").exists(), "a vendor's PR run publishes nothing to ootci's data branch"
 
 
 VENDOR_TESTS = ("conftest.py", "test_device.py", "test_ops.py")
@@ -457,7 +477,8 @@ VENDOR_TESTS = ("conftest.py", "test_device.py", "test_ops.py")
 def vendor_repository(dest: Path, ootci_sha: str) -> Path:
     """A backend vendor's repository, not ootci: its package directory at the repository root
     (as torch_npu has it: OpenReg's sources, so it really builds), its own tests/, the
-    manifest `ci/backend.toml`, and the README's one-job caller pinned to `ootci_sha`."""
+    manifest `ci/backend.toml`, the README's one-job caller and the PR caller of
+    examples/vendor-pytorch-pr.yml, both pinned to `ootci_sha`."""
     openreg = REPO / "backends" / "openreg"
     for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md"):
         shutil.copy2(openreg / name, dest / name)
@@ -475,6 +496,9 @@ def vendor_repository(dest: Path, ootci_sha: str) -> Path:
     (dest / ".github" / "workflows").mkdir(parents=True)
     (dest / ".github" / "workflows" / "ootci.yml").write_text(
         re.sub(r"backend\.yml@[0-9a-f]{40}", f"backend.yml@{ootci_sha}", caller))
+    pr_caller = (REPO / "examples" / "vendor-pytorch-pr.yml").read_text()
+    (dest / ".github" / "workflows" / "ootci-pytorch-pr.yml").write_text(
+        re.sub(r"pr\.yml@[0-9a-f]{40}", f"pr.yml@{ootci_sha}", pr_caller))
     git = ["git", "-C", str(dest), "-c", "user.name=vendor", "-c", "user.email=vendor@example.invalid"]
     subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
     subprocess.run([*git, "remote", "add", "origin", "https://github.com/acme/torch-acme.git"], check=True)

@@ -131,8 +131,12 @@ def print_turned_red(runs: list[Path]) -> int:
     for manifest in registry.load_all():
         pair = turned_red(_mainline(manifest.name, runs))
         if pair:
+            # The vendor's runner and, on it, the vendor's container (bisect.yml's inputs as they are):
+            # a bisect job on the bare host has no device runtime.
             entries.append({"backend": manifest.name, "good": pair[0].run_id, "bad": pair[1].run_id,
-                            "runs_on": manifest.ci.runs_on})
+                            "runs_on": manifest.ci.runs_on, "container": manifest.ci.container_input(),
+                            "login_shell": manifest.ci.login_shell,
+                            "use_image_python": manifest.ci.use_image_python})
     print(json.dumps(entries))
     return 0
 

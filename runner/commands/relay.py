@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--label", metavar="LABEL",
                     help=f"the gate label: it runs every backend that takes PRs, LABEL/<backend> runs one "
                          f"(default: ${relay.LABEL_ENV}, else {relay.GATE_LABEL})")
+    pl.add_argument("--manifest", type=Path, action="append", metavar="PATH",
+                    help="plan over this backend.toml (repeatable; a vendor's repository) instead of the registry; "
+                         "the matrix names it by its path, as backend.yml takes it")
     pl.add_argument("--github-output", action="store_true",
                     help="also write action, pr, head_sha, base_sha, delivery_id and matrix to $GITHUB_OUTPUT")
     pl.set_defaults(func=cmd_plan)
@@ -116,11 +119,15 @@ def output_lines(plan: relay.Plan, matrix: dict) -> str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     dispatch = relay.read_event(args.event)
-    manifests = registry.load_all()
+    manifests = [registry.resolve(str(p)) for p in args.manifest] if args.manifest else registry.load_all()
     default = relay.default_choice(args.default, manifests)
     result = relay.plan(dispatch, manifests, default, relay.gate_label(args.label))
     by_name = {m.name: m for m in manifests}
-    matrix = {"include": matrix_entries([by_name[n] for n in result.backends], None)}
+    chosen = [by_name[n] for n in result.backends]
+    entries = matrix_entries(chosen, None)
+    if args.manifest:  # backend.yml resolves a path, not the name of a manifest outside the registry
+        entries = [{**entry, "name": registry.reference(by_name[entry["name"]])} for entry in entries]
+    matrix = {"include": entries}
     for name, why in result.left_out.items():
         print(f"ootci relay plan: {name} left out: {why}", file=sys.stderr)
     print(f"ootci relay plan: {result.action}: {result.reason}", file=sys.stderr)
