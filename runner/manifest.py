@@ -27,6 +27,8 @@ from .known_failures import KnownFailure
 
 
 class Capability(str, Enum):
+    synchronize = "synchronize"
+    """torch.<device>.synchronize(): wait for the device's work"""
     multi_device = "multi_device"
     streams = "streams"
     events = "events"
@@ -160,6 +162,9 @@ class VendorSuite(_Strict):
     name: str
     path: str | None = Field(default=None, description="pytest path inside the backend's source")
     command: list[str] = Field(default_factory=list, description="command that writes JUnit XML to $OOTCI_JUNIT")
+    requirements: list[str] = Field(
+        default_factory=list, description="what the suite's tests import besides torch and the backend (pip "
+        "requirements, e.g. \"psutil>=5\"): installed into the environment under test, torch pinned, before it runs")
 
     @model_validator(mode="after")
     def _one(self) -> "VendorSuite":

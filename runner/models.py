@@ -210,10 +210,27 @@ class RunRecord(_Model):
                 return f"{stage.name}: {cause}"
         return ""
 
+    def novelty(self) -> dict[str, list[str]]:
+        """The tests that did not pass, by what the morning needs to know: `new` (failed and
+        not expected: these make the run red), `known` (expected failures that failed again)
+        and `fixed` (known failures that passed). Without the test list (a pruned record, a
+        header), from notable_tests."""
+        found: dict[str, list[str]] = {"new": [], "known": [], "fixed": []}
+        outcomes = {t.id: t.outcome for t in self.tests} if self.tests else self.notable_tests
+        for test_id, outcome in sorted(outcomes.items()):
+            kind = NOVELTY.get(outcome)
+            if kind:
+                found[kind].append(test_id)
+        return found
+
     def reproduce(self) -> str:
         """The command that reproduces this run (records older than `command` get one built)."""
         return self.command or reproduce_command(self.backend, self.torch)
 
+
+NOVELTY = {Outcome.failed: "new", Outcome.error: "new", Outcome.crashed: "new", Outcome.timeout: "new",
+           Outcome.xpassed: "new", Outcome.xfailed: "known", Outcome.fixed: "fixed"}
+"""What a test's outcome says of its news (RunRecord.novelty)."""
 
 SUITES = ("smoke", "integration")
 """ootci's own test suites, in the order they run: the one place their names are spelled."""

@@ -12,6 +12,7 @@ of the ootci that wrote it.
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import json
 import re
@@ -163,6 +164,46 @@ def _found_lines(findings: dict[str, Finding]) -> list[str]:
     return [f"#   {name:<{width}}  {'yes' if f.works else 'no '}  {f.detail}".rstrip() for name, f in findings.items()]
 
 
+SMOKE_DIR = Path(__file__).resolve().parent / "suites" / "smoke"
+# The dtypes the smoke suite parametrizes its dtype tests over (runner/suites/smoke/conftest.py).
+SMOKE_DTYPES = ("float32", "float16", "bfloat16", "int64", "bool")
+
+
+def smoke_tests_by_capability(directory: Path = SMOKE_DIR) -> dict[str, list[str]]:
+    """capability -> the smoke tests marked with it, read from the suite's source (never imported
+    here: it needs torch)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(directory.glob("test_*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for mark in node.decorator_list:
+                if (isinstance(mark, ast.Call) and isinstance(mark.func, ast.Attribute)
+                        and mark.func.attr == "capability"):
+                    for arg in mark.args:
+                        if isinstance(arg, ast.Constant):
+                            found.setdefault(arg.value, []).append(f"{path.name}::{node.name}")
+    return found
+
+
+def smoke_skips(o: Onboarding) -> list[str]:
+    """Which smoke tests the manifest's claims skip, and why: one line each capability or dtype."""
+    if o.findings is None:
+        return []
+    capabilities, dtypes = o.findings
+    by_capability = smoke_tests_by_capability()
+    lines = []
+    for name, finding in capabilities.items():
+        tests = by_capability.get(name, [])
+        if not finding.works and tests:
+            lines.append(f"{', '.join(tests)}: capability {name!r} not claimed ({finding.detail})")
+    for name, finding in dtypes.items():
+        if not finding.works and name in SMOKE_DTYPES:
+            lines.append(f"the dtype tests in {name} (test_tensors.py::test_*[{name}]): dtype not claimed "
+                         f"({finding.detail})")
+    return lines
+
+
 def manifest_text(o: Onboarding) -> str:
     d = o.declared
     where = f"the metadata the build backend {d.build_system.backend} prepares from this repository"
@@ -194,7 +235,8 @@ def manifest_text(o: Onboarding) -> str:
         lines.append(f"# probed: one small operation on {o.device!r} for each capability (the smoke suite tests them):")
         lines += _found_lines(capabilities)
         lines.append(f"capabilities = {_toml([n for n, f in capabilities.items() if f.works])}")
-        lines.append("# probed: a 3x4 tensor of each dtype copied to the device and back:")
+        lines.append("# probed: a tensor of each dtype copied to the device and back, then the smoke suite's "
+                     "dtype tests in it:")
         lines += _found_lines(dtypes)
         lines.append(f"dtypes = {_toml([n for n, f in dtypes.items() if f.works])}")
     else:

@@ -117,9 +117,26 @@ class Reporter:
 
     def run_finished(self, record: RunRecord, record_path: os.PathLike) -> None:
         self._print(f"ootci: {record.backend}: {record.status.value} -> {record_path}")
+        line = novelty_line(record)
+        if line:
+            self._print(f"  {line}")
         if self.summary_path:
             with open(self.summary_path, "a", encoding="utf-8") as f:
                 f.write(markdown_summary(record))
+
+
+def novelty_line(record: RunRecord) -> str:
+    """What is new since the baseline, in one line ('' when nothing failed)."""
+    found = record.novelty()
+    parts = []
+    if found["new"]:
+        shown = ", ".join(found["new"][:3]) + (f" and {len(found['new']) - 3} more" if len(found["new"]) > 3 else "")
+        parts.append(f"{len(found['new'])} new failures ({shown})")
+    if found["known"]:
+        parts.append(f"{len(found['known'])} known failures failed as expected")
+    if found["fixed"]:
+        parts.append(f"{len(found['fixed'])} fixed (known failures that passed: `ootci expect --prune` removes them)")
+    return "; ".join(parts)
 
 
 def _md_cell(text: str) -> str:
@@ -139,6 +156,8 @@ def markdown_summary(record: RunRecord) -> str:
     for s in record.stages:
         summary = s.root_cause.summary if s.root_cause and not s.status.ok else s.summary
         lines.append(f"| {s.name} | {ICONS[s.status]} {s.status.value} | {s.duration_s:.1f}s | {_md_cell(summary)} |")
+    if novelty_line(record):
+        lines += ["", _md_cell(novelty_line(record))]
     if record.problems:
         lines += ["", "**Problems**", ""] + [f"- {_md_cell(p)}" for p in record.problems]
     lines += ["", f"Reproduce: `{record.command}`", "", ""]

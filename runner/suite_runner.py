@@ -52,6 +52,7 @@ RETRY_FLOOR_S = 30.0
 # Outcomes that end the interpreter (or need it ended): each re-run costs a process start.
 _EXPENSIVE = frozenset({Outcome.crashed, Outcome.timeout})
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError|No module named")
 # pytest exit codes after which the session ran to its end.
 _SESSION_ENDED = {0, 1, 5}
 _EXIT_MEANING = {2: "interrupted", 3: "internal error", 4: "usage error"}
@@ -68,6 +69,8 @@ class SuiteSpec:
     workers: int = 0
     problem: str | None = None
     """Set when the suite cannot run at all (e.g. its path does not exist)."""
+    requirements: list[str] = field(default_factory=list)
+    """pip requirements its tests need, installed before it runs (a vendor suite's)"""
 
     @property
     def is_command(self) -> bool:
@@ -84,9 +87,9 @@ def builtin_suite(name: str, *, workers: int = 0, extra_args: list[str] | None =
 def vendor_suite(suite: VendorSuite, root: Path, index: int, manifest_path: Path | None = None) -> SuiteSpec:
     """A suite from the backend's own repository; `path` is relative to `root`."""
     if suite.command:
-        return SuiteSpec(name=suite.name, cwd=root, command=list(suite.command))
+        return SuiteSpec(name=suite.name, cwd=root, command=list(suite.command), requirements=list(suite.requirements))
     target = (root / suite.path).resolve()
-    spec = SuiteSpec(name=suite.name, cwd=root, pytest_args=[str(target)])
+    spec = SuiteSpec(name=suite.name, cwd=root, pytest_args=[str(target)], requirements=list(suite.requirements))
     if not target.exists():
         where = f"{manifest_path}: " if manifest_path else ""
         spec.problem = f"{where}suites.vendor[{index}].path {suite.path!r}: {target} does not exist"
@@ -246,9 +249,17 @@ class SuiteRunner:
                     "message": f"passed on attempt {result.attempts} after it {earlier.outcome.value}: {earlier.message}",
                     "log_tail": earlier.to_result(suite).log_tail,
                 })
+            if suite in self._vendor_suites and _MISSING_MODULE.search(result.message or ""):
+                result = result.model_copy(update={"message": f"{result.message} (a module the suite's tests need: "
+                                                   f"list its package in `requirements` of [[suites.vendor]] "
+                                                   f"{suite!r} in the manifest)"})
             entry = classify.expected_failure(self.manifest, suite, test_id, self.torch_version)
             results.append(classify.apply_expected(result, entry))
         return results
+
+    @property
+    def _vendor_suites(self) -> set[str]:
+        return {v.name for v in self.manifest.suites.vendor}
 
     def _judge(self, run: SuiteRun, first: _Attempt) -> None:
         counts = run.counts
@@ -538,6 +549,20 @@ def stage_specs(ctx, stage: str) -> list[SuiteSpec]:
     return specs
 
 
+def install_requirements(ctx, spec: SuiteSpec) -> str | None:
+    """pip-install a vendor suite's requirements into the environment under test, torch pinned
+    (the constraint file); why that failed, or None."""
+    argv = procs.python_argv(ctx.python, "-m", "pip", "install", "--disable-pip-version-check",
+                             *ctx.constraint_args(), *spec.requirements)
+    proc = procs.run(argv, timeout=ctx.manifest.timeouts.install, log=ctx.log_path(), env=ctx.pip_env(),
+                     on_line=getattr(ctx.reporter, "line", None))
+    if proc.ok:
+        return None
+    cause = rootcause.from_proc(proc, what="pip install")
+    return (f"suite {spec.name!r}: installing its requirements ({', '.join(spec.requirements)}) failed: "
+            f"{cause.summary if cause else f'pip exited with code {proc.returncode}'}")
+
+
 def device_unusable(results: list[TestResult]) -> bool:
     """True when no test that ran passed: the device cannot even make a tensor and copy it back,
     and every later suite would only repeat that. A suite that ran nothing says nothing."""
@@ -584,6 +609,8 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     )
     runs = []
     for spec in specs:
+        if spec.requirements and not spec.problem:
+            spec.problem = install_requirements(ctx, spec)
         run = runner.run(spec, None if only is None else only[spec.name])
         runs.append(run)
         ctx.record.tests.extend(run.results)

@@ -671,3 +671,25 @@ def test_a_missing_night_neither_starts_nor_ends_a_red_stretch(tmp_path):
     pr_page = (out / "prs" / "7.html").read_text()
     assert "(missing)" not in pr_page and "nothing to compare with" not in pr_page
     assert f"<code>{synthetic.torch_commit(11)[:12]}</code>" in pr_page
+
+
+def test_run_page_says_what_is_new_what_is_known_and_what_is_fixed(tmp_path):
+    """Against the backend's known failures: new failures make the run red, known ones (xfailed)
+    do not, fixed ones are good news. The backend's history counts only the new ones."""
+    data, out = tmp_path / "runs", tmp_path / "site"
+    base = run_at("openreg", 0, 4)
+    ids = sorted(t.id for t in base.tests if t.outcome is Outcome.passed)
+    known = run_at("openreg", 1, 4, outcomes={ids[0]: Outcome.xfailed, ids[1]: Outcome.xfailed})
+    later = run_at("openreg", 2, 4, outcomes={ids[0]: Outcome.xfailed, ids[1]: Outcome.fixed, ids[2]: Outcome.failed})
+    write_runs(data, base, known, later)
+    build(data, out)
+    page = (out / "runs" / "openreg" / f"{safe_name(later.run_id)}.html").read_text()
+    news = page.split('<section class="box" id="news">', 1)[1].split("</section>", 1)[0]
+    xfailed = sum(t.outcome is Outcome.xfailed for t in later.tests)  # the scenario's own, and ids[0]
+    assert "new failures 1" in news and f"still failing, known {xfailed}" in news and "fixed 1" in news
+    assert ids[2] in news.split("<h3>Fixed")[0] and ids[1] in news.split("<h3>Fixed")[1]
+    assert ids[0] not in news  # a known failure that failed again is no news
+    # The backend page's new failures: only the test that is not a known failure.
+    assert [f["test"] for f in api(out, "openreg")["new_failures"]] == [ids[2]]
+    known_page = (out / "runs" / "openreg" / f"{safe_name(known.run_id)}.html").read_text()
+    assert "new failures 0" in known_page and f"still failing, known {xfailed + 1}" in known_page

@@ -59,6 +59,11 @@ def _print_done(result: onboard.InitResult, torch: str) -> None:
         print(f"  device {o.device} (probed), capabilities: "
               f"{', '.join(n for n, f in capabilities.items() if f.works) or 'none'}")
         print(f"  dtypes: {', '.join(n for n, f in dtypes.items() if f.works) or 'none'}")
+        skips = onboard.smoke_skips(o)
+        if skips:
+            print("  the smoke suite will skip what the device does not do:")
+            for line in skips:
+                print(f"    {line}")
     else:
         print(f"  device {o.device} ({o.device_source})")
     for note in o.probed.notes if o.probed else []:

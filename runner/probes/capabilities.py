@@ -4,8 +4,9 @@ Phases (one result line each): `import`; `device` (the device name: the PrivateU
 backend's, or a device module registered by --package when the backend uses a built-in
 device type; --device overrides); `tensor` (a float32 tensor to the device and back);
 then `capability:<name>` and `dtype:<name>` for each one asked, every one preceded by
-`start:<item>` so that a crash or a hang names the check it happened in. Each check is a
-tiny real operation on the device, like the smoke suite's test of the same capability.
+`start:<item>` so that a crash or a hang names the check it happened in. Each capability
+check is a tiny real operation on the device, like the smoke suite's test of the same
+capability; each dtype runs a round trip and then the smoke suite's own dtype tests.
 Results: {"ok": true, "value": {"works": bool, "detail": str}}, or an exception chain.
 Usage: capabilities.py --package P [--device D] --capabilities a,b --dtypes x,y --deadline S
 """
@@ -13,7 +14,10 @@ Usage: capabilities.py --package P [--device D] --capabilities a,b --dtypes x,y 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import inspect
 import io
+import os
 
 from _probe import arm, attempt, emit, sample_tensor, split_list, torch_state
 
@@ -43,6 +47,18 @@ def tensor(dev: str) -> str:
     if not torch.equal(on_device.cpu(), host):
         raise AssertionError("a tensor copied to the device and back changed")
     return str(on_device.device)
+
+
+def synchronize(dev: str) -> str:
+    import torch
+
+    module = torch.get_device_module(dev)
+    if not callable(getattr(module, "synchronize", None)):
+        raise No(f"torch.{dev} has no synchronize()")
+    y = torch.arange(4, device=dev) + 1
+    module.synchronize()
+    assert y.cpu().tolist() == [1, 2, 3, 4], "work before synchronize() computed wrong values"
+    return f"torch.{dev}.synchronize()"
 
 
 def multi_device(dev: str) -> str:
@@ -170,11 +186,33 @@ def quantized(dev: str) -> str:
     return "quantize_per_tensor, int_repr"
 
 
-CHECKS = {f.__name__: f for f in (multi_device, generator, streams, events, autocast, pinned_memory, serialization,
+CHECKS = {f.__name__: f for f in (synchronize, multi_device, generator, streams, events, autocast, pinned_memory, serialization,
                                   autograd, sparse, quantized)}
 
 
-def dtype_round_trip(dev: str, name: str) -> str:
+SMOKE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "suites", "smoke")
+
+
+def smoke_dtype_tests() -> list:
+    """The smoke suite's tests that take a dtype: (name, function, takes floats only).
+
+    A dtype is claimed only if these pass in it, so that what `ootci init` claims, the
+    smoke suite can pass: the probe runs the very tests, not a stand-in for them.
+    """
+    spec = importlib.util.spec_from_file_location("ootci_smoke_tensors", os.path.join(SMOKE_DIR, "test_tensors.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tests = []
+    for name, function in vars(module).items():
+        if not name.startswith("test_") or not callable(function):
+            continue
+        params = list(inspect.signature(function).parameters)
+        if params in (["device", "dtype"], ["device", "float_dtype"]):
+            tests.append((name, function, params[1] == "float_dtype"))
+    return tests
+
+
+def dtype_works(dev: str, name: str) -> str:
     import torch
 
     dtype = getattr(torch, name, None)
@@ -183,7 +221,16 @@ def dtype_round_trip(dev: str, name: str) -> str:
     host = sample_tensor(dtype)
     back = host.to(dev).cpu()
     assert back.dtype == dtype and torch.equal(back, host), "the copy back differs"
-    return "round trip"
+    ran = []
+    for test, function, floats_only in smoke_dtype_tests():
+        if floats_only and not dtype.is_floating_point:
+            continue
+        try:
+            function(dev, dtype)
+        except Exception as exc:
+            raise No(f"smoke {test}: {type(exc).__name__}: {exc}") from None
+        ran.append(test)
+    return f"round trip and the smoke suite's {len(ran)} dtype tests"
 
 
 def check(item: str, action) -> None:
@@ -232,7 +279,7 @@ def main() -> None:
         else:
             emit(f"capability:{name}", ok=True, value={"works": False, "detail": "this probe has no check for it"})
     for name in split_list(args.dtypes):
-        check(f"dtype:{name}", lambda: dtype_round_trip(dev, name))
+        check(f"dtype:{name}", lambda: dtype_works(dev, name))
     emit("done", ok=True)
 
 

@@ -42,6 +42,7 @@ import pytest
 
 # Kept in step with runner.manifest.Capability (a test in tests/ checks it).
 CAPABILITIES = (
+    "synchronize",
     "multi_device",
     "streams",
     "events",

@@ -19,7 +19,13 @@ def test_device_module(device, device_module):
         assert isinstance(current, int) and 0 <= current < count, f"current_device() returned {current!r}"
         x = torch.ones(2, device=device)
         assert x.device == torch.device(device, current), f"a new tensor lands on {x.device}, not the current device"
+
+
+@pytest.mark.capability("synchronize")
+def test_synchronize(device, device_module):
+    y = torch.arange(4, device=device) + 1
     device_module.synchronize()
+    assert y.cpu().tolist() == [1, 2, 3, 4]
 
 
 def test_device_objects(device, device_module):

@@ -1,0 +1,102 @@
+"""A real backend that is partly red, from `ootci init` to a baseline and a planted regression.
+
+The backend is OpenReg's C++ runtime under another name, with the bugs real backends
+have (tests/fixtures/partly-red/README.md): a circular import, `abs` only for floating
+dtypes, FFTs that segfault on 2-d inputs, no `synchronize()`, a vendor test that needs
+a package nobody declared. Every stage runs and every failure keeps its root cause; the
+failures become the baseline; the next run is green; a new failure turns it red alone.
+"""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from ootci.runner import manifest
+from ootci.runner.models import Outcome, Status
+from tests.support import partly_red
+from tests.support.cli import ootci
+from tests.support.records import only_record
+
+# A few OpInfos keep the run short: the crashing FFT, the float-only abs, and one to break later.
+ENV = {"OOTCI_OPS": "abs,add,trunc,fft.rfft"}
+MEMORY_STATS = "tests/test_memory_stats.py::test_allocation_shows_in_the_process_memory"
+RFFT_CRASHES = ("test_opinfo.py::test_compare_cpu[fft.rfft-float32]", "test_opinfo.py::test_compare_cpu[fft.rfft-float64]")
+
+
+def by_id(record):
+    return {t.id: t for t in record.tests}
+
+
+@pytest.mark.slow
+def test_partly_red_backend_from_init_to_a_baseline_and_a_planted_regression(tmp_path):
+    repo = partly_red.assemble(tmp_path / "partreg")
+    out = tmp_path / "runs"
+
+    # ootci init claims only what the smoke suite can pass, and says what it will skip.
+    init = ootci("init", str(repo), "--torch", "2.13.0", env=ENV)
+    assert init.returncode == 0, init.stdout[-3000:] + init.stderr[-3000:]
+    assert ("test_device_api.py::test_synchronize: capability 'synchronize' not claimed "
+            "(torch.partreg has no synchronize())") in init.stdout
+    assert "the dtype tests in int64 (test_tensors.py::test_*[int64]): dtype not claimed (smoke test_in_place: " \
+           "RuntimeError: partreg: abs_.default is only implemented for floating" in init.stdout
+    path = repo / "ci" / "backend.toml"
+    m = manifest.load(path)
+    assert "int64" not in m.dtypes and {"float32", "float64", "bool"} <= set(m.dtypes)
+    assert "synchronize" not in {c.value for c in m.capabilities}
+    assert [v.name for v in m.suites.vendor] == ["tests"]
+
+    # The first run is red, and every stage ran: a failure hides nothing.
+    first = ootci("run", "ci/backend.toml", "--torch", "2.13.0", "--out", str(out / "first"), cwd=repo, env=ENV)
+    assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
+    record = only_record(out / "first")
+    status = {s.name: s.status for s in record.stages}
+    assert status == {"torch": Status.passed, "build": Status.passed, "install": Status.passed,
+                      "autoload": Status.failed, "smoke": Status.passed, "integration": Status.failed}, status
+    autoload = record.stage("autoload")
+    assert "partially initialized module 'torch_partreg'" in autoload.root_cause.summary
+    assert autoload.root_cause.hint.endswith("torch_partreg/__init__.py:8 imports torch first)")
+    integration = record.stage("integration")
+    assert integration.data["ran_despite"] == [f"autoload: {autoload.root_cause.summary}"]
+    tests = by_id(record)
+    for crash in RFFT_CRASHES:
+        assert tests[crash].outcome is Outcome.crashed and "SIGSEGV" in tests[crash].message, tests[crash]
+        assert tests[crash].attempts <= 2  # a crash is re-run at most once
+    assert tests["test_opinfo.py::test_compare_cpu[abs-float32]"].outcome is Outcome.passed
+    assert tests["test_opinfo.py::test_compare_cpu[trunc-float64]"].outcome is Outcome.passed
+    missing = tests[MEMORY_STATS]
+    assert missing.suite == "tests" and missing.outcome is Outcome.failed
+    assert "No module named 'psutil'" in missing.message and "`requirements` of [[suites.vendor]] 'tests'" in missing.message
+    assert tests["tests/test_partreg.py::test_tensor_lands_on_partreg"].outcome is Outcome.passed
+    retries = integration.data["suites"]["integration"]["retries"]
+    assert retries["deterministic"] == len(RFFT_CRASHES) and retries["spent_s"] <= retries["budget_s"] + 60
+
+    # The vendor follows the hint, declares psutil, and makes today's failures the baseline.
+    partly_red.fix_circular_import(repo)
+    path.write_text(path.read_text().replace('path = "tests"', 'path = "tests"\nrequirements = ["psutil"]'))
+    expect = ootci("expect", "--from", str(out / "first" / record.run_id), cwd=repo)
+    assert expect.returncode == 0, expect.stderr
+    baseline = tomllib.loads((repo / "ci" / "known-failures.toml").read_text())
+    assert set(baseline["integration"]) == set(RFFT_CRASHES) and set(baseline["tests"]) == {MEMORY_STATS}
+
+    # Green: only known failures fail; the one psutil fixed is reported fixed.
+    second = ootci("run", "ci/backend.toml", "--torch", "2.13.0", "--out", str(out / "second"), cwd=repo, env=ENV)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    record = only_record(out / "second")
+    assert record.status is Status.passed and record.stage("autoload").status is Status.passed
+    tests = by_id(record)
+    assert all(tests[crash].outcome is Outcome.xfailed for crash in RFFT_CRASHES)
+    assert tests[MEMORY_STATS].outcome is Outcome.fixed
+    assert "2 known failures" in second.stdout and "1 fixed" in second.stdout, second.stdout[-2000:]
+
+    # A planted regression: trunc is now wrong in float64. Red, naming that test alone.
+    faults = repo / "torch_partreg" / "_faults.py"
+    faults.write_text(faults.read_text().replace('_names("PARTREG_WRONG", "")', '_names("PARTREG_WRONG", "trunc")'))
+    third = ootci("run", "ci/backend.toml", "--torch", "2.13.0", "--suites", "integration", "--out", str(out / "third"),
+                  cwd=repo, env=ENV)
+    assert third.returncode == 1
+    record = only_record(out / "third")
+    new = [t.id for t in record.tests if t.outcome in (Outcome.failed, Outcome.error, Outcome.crashed, Outcome.timeout)]
+    assert new == ["test_opinfo.py::test_compare_cpu[trunc-float64]"], new
+    assert record.stage("integration").root_cause.culprit == new[0]
