@@ -94,7 +94,7 @@ def counts_text(counts: dict[str, int]) -> str:
 def outcome_class(outcome: str) -> str:
     if outcome in FAILING:
         return "bad"
-    return {"passed": "good", "flaky": "warn", "xfailed": "muted", "skipped": "muted"}.get(outcome, "muted")
+    return {"passed": "good", "fixed": "good", "flaky": "warn", "xfailed": "muted", "skipped": "muted"}.get(outcome, "muted")
 
 
 def stage_title(stage: dict | None, name: str) -> str:

@@ -571,7 +571,7 @@ def report(envelope: dict[str, Any], status: str, conclusion: str | None = None,
 # -- test results ------------------------------------------------------------------
 
 _FAILING = frozenset(o for o in Outcome if not o.ok)
-_PASSED = frozenset({Outcome.passed, Outcome.flaky})
+_PASSED = frozenset({Outcome.passed, Outcome.flaky, Outcome.fixed})
 _SKIPPED = frozenset({Outcome.skipped, Outcome.xfailed})
 
 

@@ -84,7 +84,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 def _print(result, record: RunRecord) -> None:
     for test in record.tests:
-        if not test.outcome.ok or test.outcome.value in ("flaky", "xfailed"):
+        if not test.outcome.ok or test.outcome.value in ("flaky", "xfailed", "fixed"):
             attempts = f" (attempts {test.attempts})" if test.attempts > 1 else ""
             print(f"{test.outcome.value.upper():8} {test.suite}::{test.id}{attempts}: {test.message[:300]}")
     for problem in record.problems:
