@@ -224,6 +224,7 @@ class Bisection:
         self.reporter = options.reporter or Reporter(summary_path="")
         self.good = End(options.good, find_record(options.good, options.runs))
         self.bad = End(options.bad, find_record(options.bad, options.runs))
+        self._history: tuple[Path, str] | None = None
 
     # -- bookkeeping
 
@@ -247,16 +248,39 @@ class Bisection:
         return run_backend(manifest, options, self.reporter)
 
     def manifest_at(self, commit: str | None) -> Manifest:
-        """The manifest with its git source at `commit` (None: as it is)."""
+        """The manifest with its source at `commit` (None: as it is): a git source's ref, or a path
+        source's directory as that commit of its work tree has it (exported into the cache)."""
         m = self.o.manifest
         if commit is None:
             return m
-        if m.source.kind != "git":
-            raise UsageError(f"{m.path}: field 'source': the backend axis walks git history, so the manifest needs "
-                             f"source.git (it has source.{m.source.kind})")
-        copy = m.model_copy(update={"source": m.source.model_copy(update={"ref": commit})})
+        if m.source.kind == "git":
+            source = m.source.model_copy(update={"ref": commit})
+        else:
+            repo, subdir = self.history()
+            tree = sources.export(repo, bisect_candidates.resolve_commit(repo, commit), self.o.cache or cache_root(),
+                                  log=self.dir / "git.log", timeout=m.timeouts.build)
+            source = m.source.model_copy(update={"path": str(tree / subdir if subdir else tree)})
+        copy = m.model_copy(update={"source": source})
         copy.path = m.path
         return copy
+
+    def history(self) -> tuple[Path, str]:
+        """(repository, the backend's directory in it) whose commits the backend axis walks: the
+        cache's clone of source.git, or the git work tree a source.path is in (`ootci init`
+        writes path = ".."), read in place."""
+        if self._history is None:
+            m = self.o.manifest
+            if m.source.kind == "git":
+                self._history = (sources.clone(m, self.o.cache or cache_root(), log=self.dir / "git.log",
+                                               timeout=m.timeouts.build), m.source.subdir)
+            elif m.source.kind == "path" and (found := sources.work_tree(m.source_dir())) is not None:
+                self._history = found
+            else:
+                where = (f"source.path {m.source_dir()} is not in a git work tree" if m.source.kind == "path"
+                         else "source.requirement has no history")
+                raise UsageError(f"{m.path}: field 'source': the backend axis walks git history, and {where} "
+                                 "(give source.git, or a source.path inside a git checkout)")
+        return self._history
 
     # -- the ends and the predicate
 
@@ -365,13 +389,15 @@ class Bisection:
 
     def backend_round(self, good_ref: str, bad_ref: str, torch: tuple[str, str | None]) -> BisectRound:
         m = self.o.manifest
-        if m.source.kind != "git":
-            raise UsageError(f"{m.path}: field 'source': the backend axis walks git history, so the manifest needs "
-                             f"source.git (it has source.{m.source.kind})")
-        repo = sources.clone(m, self.o.cache or cache_root(), log=self.dir / "git.log", timeout=m.timeouts.build)
-        good_sha = bisect_candidates.resolve_commit(repo, _origin(repo, good_ref))
-        walk = bisect_candidates.commits_between(repo, good_sha, _origin(repo, bad_ref), label=m.name,
-                                                 subdir=m.source.subdir)
+        repo, subdir = self.history()
+        for ref in (good_ref, bad_ref) if m.source.kind == "path" else ():
+            if not ref or RUN_ID.match(ref) or ref.endswith(record_files.RECORD_NAME):
+                raise UsageError(f"{ref or 'a run'}: a run of {m.name} built from a directory records no commit, "
+                                 f"so the backend axis cannot start there: give --good and --bad as commits of {repo}")
+        # The cache's clone is only fetched: its branches are origin/<name>. A work tree's are its own.
+        named = (lambda ref: _origin(repo, ref)) if m.source.kind == "git" else (lambda ref: ref)
+        good_sha = bisect_candidates.resolve_commit(repo, named(good_ref))
+        walk = bisect_candidates.commits_between(repo, good_sha, named(bad_ref), label=m.name, subdir=subdir)
         first = BisectCandidate(label=f"{m.name}@{good_sha[:10]}", spec=good_sha, commit=good_sha)
         return BisectRound(axis="backend", fixed=f"torch {torch[0]}", candidates=[first, *walk], torch=torch[0],
                            index_url=torch[1])

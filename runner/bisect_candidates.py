@@ -140,8 +140,9 @@ def version_of(spec: str) -> Version | None:
 def _git(repo: Path, *args: str) -> str:
     """A read-only git query; its failure is one line naming the repository."""
     try:
-        result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                                timeout=GIT_TIMEOUT_S)
+        # safe.directory: a vendor's checkout in a container job belongs to the runner's user, not root.
+        result = subprocess.run(["git", "-c", f"safe.directory={repo}", "-C", str(repo), *args], capture_output=True,
+                                text=True, timeout=GIT_TIMEOUT_S)
     except FileNotFoundError:
         raise UsageError("git is not installed") from None
     except subprocess.TimeoutExpired:

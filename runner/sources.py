@@ -8,11 +8,12 @@ import re
 import shutil
 import site
 import sysconfig
+import tarfile
 from pathlib import Path
 
 from . import procs
 from .envs import digest
-from .errors import ManifestError
+from .errors import ManifestError, UsageError
 from .manifest import Manifest
 
 # Build products and caches inside a source tree do not make it a different source.
@@ -95,6 +96,57 @@ def remote_commit(manifest: Manifest, *, timeout: float = 120) -> str:
         if candidate in refs:
             return refs[candidate]
     raise ManifestError(f"{manifest.path}: field 'source.ref': no such ref {src.ref!r} in {src.git}")
+
+
+# -- a path source's own git history ---------------------------------------------------
+
+
+def work_tree(directory: Path) -> tuple[Path, str] | None:
+    """(top level, the directory's path inside it) when `directory` is in a git work tree, else None.
+
+    `ootci init` writes `path = ".."`: the vendor's checkout is the source, and its history is
+    what a backend bisection walks. safe.directory is given on the command line (git reads it
+    only from there or from global config) because in a container job the checkout belongs to
+    the runner's user, not to the container's root.
+    """
+    if not directory.is_dir():
+        return None
+    result = procs.run([*GIT, "-c", f"safe.directory={directory}", "-C", directory, "rev-parse",
+                        "--show-toplevel", "--show-prefix"], timeout=60)
+    lines = result.output_tail.splitlines()
+    if not result.ok or not lines:
+        return None
+    return Path(lines[0].strip()), (lines[1].strip().rstrip("/") if len(lines) > 1 else "")
+
+
+def export(top: Path, commit: str, cache: Path, *, log: Path, timeout: float) -> Path:
+    """The tree of `commit` in the work tree `top`, written once into the cache.
+
+    `git archive` reads the object store and writes nothing into the repository: the
+    user's work tree, index and worktree list stay as they are while a bisection builds
+    old commits (submodules and export-ignore'd paths are not in an archive)."""
+    root = cache / "src" / f"{top.name}-{digest(str(top), length=10)}-{commit[:16]}"
+    if root.is_dir():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = root.with_name(root.name + f".tmp{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    tar = staging.with_suffix(".tar")
+    result = procs.run([*GIT, "-c", f"safe.directory={top}", "-C", top, "archive", "--format=tar", "-o", tar,
+                        commit], timeout=timeout, log=log)
+    if not result.ok:
+        shutil.rmtree(staging, ignore_errors=True)
+        tail = (result.output_tail.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"cannot export commit {commit[:12]} of {top}: {tail}")
+    with tarfile.open(tar) as archive:
+        archive.extractall(staging, filter="data")
+    tar.unlink()
+    try:
+        staging.rename(root)
+    except OSError:  # another bisection exported it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return root
 
 
 def _installed_trees() -> list[Path]:

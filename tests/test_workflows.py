@@ -314,6 +314,13 @@ def test_bisect_pulls_the_history_for_run_ids_as_ootci_bisect_reads_them():
         assert bool(shell_pattern.match(text)) is is_run is bool(RUN_ID.match(text)), text
 
 
+
+@pytest.mark.parametrize("axis, depth", [("backend", 0), ("", 0), ("torch", 1)])
+def test_bisect_checks_out_the_whole_history_unless_only_torches_are_walked(axis, depth):
+    # A `[source] path` manifest (what `ootci init` writes) has the backend's commits in this checkout.
+    [checkout] = [s for s in load(BISECT)["jobs"]["bisect"]["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    assert evaluate(checkout["with"]["fetch-depth"], inputs={"axis": axis}) == depth
+
 def test_nightly_pushes_its_bisections_as_its_publish_pushes_runs():
     jobs = load(NIGHTLY)["jobs"]
     publish = jobs["publish-bisections"]
