@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/partly_red.py            # both runs, then the ratio
     .venv/bin/python bench/partly_red.py --skip-openreg
+    .venv/bin/python bench/partly_red.py --skip-openreg --ootci OLD/venv/bin/ootci   # another ootci, e.g. before
 
 The backend is the partly-red fixture (tests/fixtures/partly-red: OpenReg's C++ runtime
 as `partreg`), claiming every dtype, with the float-only fault widened to the unary ops
@@ -38,10 +39,10 @@ FLOAT_ONLY = ("abs,neg,sign,sgn,square,exp2,frac,ceil,floor,round,trunc,fix,posi
 DTYPES = '["float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"]'
 
 
-def run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, dict]:
+def run(ootci: str, argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, dict]:
     out = Path(tempfile.mkdtemp(prefix="ootci-bench-"))
     started = time.monotonic()
-    done = subprocess.run([str(OOTCI), *argv, "--suites", "integration", "--out", str(out)], cwd=cwd,
+    done = subprocess.run([ootci, *argv, "--suites", "integration", "--out", str(out)], cwd=cwd,
                           env={**os.environ, **env}, capture_output=True, text=True)
     wall = time.monotonic() - started
     record = json.loads(next(out.glob("*/record.json")).read_text())
@@ -61,7 +62,9 @@ def show(name: str, wall: float, stage: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-openreg", action="store_true", help="time only the partly-red backend")
+    parser.add_argument("--ootci", type=Path, default=OOTCI, help="the ootci to time (default: this venv's)")
     args = parser.parse_args()
+    ootci = str(args.ootci)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     repo = partly_red.assemble(Path(tempfile.mkdtemp(prefix="partreg-")) / "partreg")
     manifest = repo / "ci" / "backend.toml"
@@ -82,15 +85,15 @@ smoke = false
 ''')
     faults = {"PARTREG_FLOAT_ONLY": FLOAT_ONLY, "PARTREG_CRASH": "_fft_r2c,_fft_c2c,_fft_c2r"}
     # Build and install once, untimed: the figure is the suite's.
-    subprocess.run([str(OOTCI), "run", str(manifest), "--torch", "2.13.0", "--suites", "none", "--out",
+    subprocess.run([ootci, "run", str(manifest), "--torch", "2.13.0", "--suites", "none", "--out",
                     tempfile.mkdtemp()], env={**os.environ, **faults}, capture_output=True, check=False)
-    red_wall, red = run(["run", str(manifest), "--torch", "2.13.0"], repo, faults)
+    red_wall, red = run(ootci, ["run", str(manifest), "--torch", "2.13.0"], repo, faults)
     show("partly red", red_wall, red)
     if args.skip_openreg:
         return
-    subprocess.run([str(OOTCI), "run", "openreg", "--torch", "2.13.0", "--suites", "none", "--out", tempfile.mkdtemp()],
+    subprocess.run([ootci, "run", "openreg", "--torch", "2.13.0", "--suites", "none", "--out", tempfile.mkdtemp()],
                    capture_output=True, check=False)
-    green_wall, green = run(["run", "openreg", "--torch", "2.13.0"], REPO, {})
+    green_wall, green = run(ootci, ["run", "openreg", "--torch", "2.13.0"], REPO, {})
     show("openreg (all green)", green_wall, green)
     print(f"ratio partly red / all green: {red_wall / green_wall:.1f}x; against the 19 min 46 s before: "
           f"{1186 / red_wall:.1f}x faster")

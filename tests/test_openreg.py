@@ -35,7 +35,8 @@ def target_results(torch_layer, tmp_path_factory):
         BACKEND / "csrc", BACKEND / "torch_openreg", BACKEND / "setup.py", BACKEND / "pyproject.toml"
     )
     build_env = with_ccache({**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS", "2"),
-                             "PATH": f"{torch_layer.python.parent}{os.pathsep}{os.environ['PATH']}"}, cache_root())
+                             "PATH": f"{torch_layer.python.parent}{os.pathsep}{os.environ['PATH']}"}, cache_root(),
+                            BACKEND)
     python = target_pytest.ensure_layered_env(
         REPO / ".cache" / "openreg-env", torch_layer,
         [["--no-build-isolation", "--no-deps", "--force-reinstall", str(BACKEND)]], stamp, env=build_env,

@@ -30,17 +30,22 @@ NAME = "build"
 CCACHE_MASQUERADE_DIRS = ("/usr/lib/ccache", "/usr/lib64/ccache", "/usr/local/opt/ccache/libexec")
 
 
-def with_ccache(env: dict[str, str], cache: Path) -> dict[str, str]:
+def with_ccache(env: dict[str, str], cache: Path, source_dir: Path | None = None) -> dict[str, str]:
     """Put ccache's compiler-named links first on PATH, when ccache is installed.
 
     Every build system (setuptools, ninja, cmake) then compiles through ccache while
     still seeing plain `g++`, which torch.utils.cpp_extension's compiler check
-    insists on. A build that chose its own CC/CXX is left alone.
+    insists on. A build that chose its own CC/CXX is left alone. Paths below the
+    source directory count relative to it (CCACHE_BASEDIR), so the same sources in
+    another directory (a bisection step's export, a copy in the cache, a fork) hit.
     """
     masquerade = next((d for d in CCACHE_MASQUERADE_DIRS if Path(d, "g++").exists()), None)
     if masquerade and "CC" not in env and "CXX" not in env:
         env["PATH"] = masquerade + os.pathsep + env.get("PATH", "")
         env.setdefault("CCACHE_DIR", str(cache / "ccache"))
+        if source_dir is not None:
+            env.setdefault("CCACHE_BASEDIR", str(Path(source_dir).resolve()))
+            env.setdefault("CCACHE_NOHASHDIR", "1")
     return env
 
 
@@ -50,7 +55,7 @@ def _builder_python(ctx: RunContext) -> Path:
     return ctx.python
 
 
-def _build_env(ctx: RunContext, python: Path, wheel_dir: Path) -> dict[str, str]:
+def _build_env(ctx: RunContext, python: Path, wheel_dir: Path, source_dir: Path | None) -> dict[str, str]:
     env = dict(os.environ)
     # A build that imports torch must not autoload backends: the one being built may be
     # half there (an *.egg-info in its source tree, which is the build's working directory).
@@ -61,7 +66,7 @@ def _build_env(ctx: RunContext, python: Path, wheel_dir: Path) -> dict[str, str]
     env["OOTCI_WHEEL_DIR"] = str(wheel_dir)
     env["OOTCI_PYTHON"] = str(python)
     env.setdefault("MAX_JOBS", str(ctx.options.jobs or os.cpu_count() or 2))
-    with_ccache(env, ctx.cache)
+    with_ccache(env, ctx.cache, source_dir)
     return ctx.pip_env(env)
 
 
@@ -165,7 +170,7 @@ def _build_into(ctx: RunContext, wheel_dir: Path, source_dir: Path | None) -> St
     python = _builder_python(ctx)
     staging = Path(tempfile.mkdtemp(prefix=f".{wheel_dir.name}.", dir=wheel_dir.parent))
     try:
-        env = _build_env(ctx, python, staging)
+        env = _build_env(ctx, python, staging, source_dir)
         if m.build.extra_requirements and m.build.recipe != "prebuilt" and ctx.torch_env is not None:
             # Build requirements go into a venv of their own over the torch layer,
             # never into the layer itself, which every backend shares.
