@@ -107,6 +107,9 @@ permissions:
 
 jobs:
   ootci:
+    permissions:
+      contents: read
+      actions: read # backend.yml reads artifacts of an earlier attempt when a job is re-run
     uses: {OOTCI_REPOSITORY}/.github/workflows/backend.yml@{ref.ref}  # ootci {ref.version}
     with:
       backend: ci/backend.toml

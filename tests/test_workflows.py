@@ -182,6 +182,12 @@ def test_least_privilege_permissions(path):
             jobs = load(REPO / ".github" / "workflows" / called.group(1))["jobs"].values()
             needed = {k for j in jobs for k, v in j.get("permissions", {}).items() if v == "write"}
             assert {k for k, v in granted.items() if v == "write"} <= needed, f"{path.name}: job {name} grants more"
+            # And every read they take (GitHub refuses to start a nested job that asks more than its
+            # caller grants): actions: read above all, for the artifacts of an earlier attempt.
+            given = job.get("permissions", doc["permissions"])
+            reads = {k for j in jobs for k, v in j.get("permissions", {}).items() if v == "read"}
+            assert {k for k in reads if given.get(k) not in ("read", "write")} == set(), \
+                f"{path.name}: job {name} does not grant the reads of {called.group(1)}"
             continue
         if "pages" in granted or "id-token" in granted:
             # Only two jobs may mint tokens, and they run nothing of their own.
@@ -192,10 +198,28 @@ def test_least_privilege_permissions(path):
             # Only the jobs that push the data branch.
             assert name in ("publish", "publish-bisections", "collect", "prune"), \
                 f"{path.name}: job {name} may write contents"
-            # The collector also reads the nightly's artifacts, and nothing else.
-            expected = {"actions": "read", "contents": "write"} if path.name == "collect.yml" else {"contents": "write"}
+            # Each also reads artifacts (its run's, or the nightly's for the collector), and nothing else.
+            expected = {"actions": "read", "contents": "write"} if name != "prune" else {"contents": "write"}
             assert granted == expected, f"{path.name}: job {name} writes more than contents"
 
+
+
+@pytest.mark.parametrize("path", [*ALL_WORKFLOWS, *ACTIONS], ids=lambda p: str(p.relative_to(REPO)))
+def test_every_artifact_download_reads_earlier_attempts_by_run_id_with_actions_read(path):
+    """The runtime token download-artifact uses by default sees only the current attempt's artifacts:
+    after "Re-run failed jobs" the torch build's, a shard's or a backend job's artifact is an
+    earlier attempt's. By run id with a token (the REST API) it is found, given `actions: read`."""
+    doc = load(path)
+    jobs = doc["jobs"].items() if "jobs" in doc else [("(action)", {"steps": doc["runs"].get("steps", [])})]
+    for name, job in jobs:
+        downloads = [s for s in job.get("steps", []) if s.get("uses", "").startswith("actions/download-artifact@")]
+        for step in downloads:
+            given = step.get("with", {})
+            assert given.get("run-id") == "${{ github.run_id }}", f"{path.name}: job {name}: download without run-id"
+            assert given.get("github-token") == "${{ github.token }}", f"{path.name}: job {name}: download without token"
+        if downloads:
+            assert "jobs" in doc, f"{path.name}: an action cannot grant actions: read; download in the workflow"
+            assert job.get("permissions", {}).get("actions") == "read", f"{path.name}: job {name} lacks actions: read"
 
 def test_every_composite_action_step_calls_ootci():
     for path in ACTIONS:
@@ -216,8 +240,10 @@ def test_vendor_example_is_one_short_job_using_only_declared_inputs():
     assert job["uses"].startswith("ootci/ootci/.github/workflows/backend.yml@")
     assert set(job["with"]) <= set(declared)
     assert {name for name, spec in declared.items() if spec.get("required")} <= set(job["with"])
+    # The grant of what backend.yml reads (actions: read for an earlier attempt's artifacts) and one call.
+    assert job["permissions"] == {"contents": "read", "actions": "read"}
     job_text = EXAMPLE.read_text().split("jobs:\n", 1)[1]
-    assert len(job_text.strip().splitlines()) <= 6
+    assert len(job_text.strip().splitlines()) <= 9
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -325,7 +351,7 @@ def test_nightly_pushes_its_bisections_as_its_publish_pushes_runs():
     jobs = load(NIGHTLY)["jobs"]
     publish = jobs["publish-bisections"]
     assert publish["needs"] == "bisect" and "!cancelled()" in publish["if"]
-    assert publish["permissions"] == {"contents": "write"}
+    assert publish["permissions"] == {"contents": "write", "actions": "read"}
     runs = [s["run"].strip() for s in publish["steps"] if "run" in s]
     assert runs[0] == 'ootci history pull "$RUNNER_TEMP/history" --branch ootci-data'
     assert runs[1] == 'ootci history merge "$BISECTIONS" --into "$HISTORY/runs" --missing-ok'
@@ -380,7 +406,7 @@ def test_release_publishes_only_a_tested_tag_with_trusted_publishing():
     build, publish = doc["jobs"]["build"], doc["jobs"]["publish"]
     assert doc["on"]["push"] == {"tags": ["v*"]}
     assert publish["needs"] == "build" and "startsWith(github.ref, 'refs/tags/v')" in publish["if"]
-    assert publish["permissions"] == {"id-token": "write"}
+    assert publish["permissions"] == {"id-token": "write", "actions": "read"}
     assert not any("password" in step.get("with", {}) for step in publish["steps"]), "trusted publishing takes no token"
     checkout = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"]["fetch-depth"] == 0, "setuptools-scm needs the tags"
@@ -1231,7 +1257,7 @@ def test_the_pr_path_is_a_reusable_workflow_a_vendor_calls_with_its_manifest():
     [job] = vendor["jobs"].values()
     assert re.fullmatch(r"ootci/ootci/\.github/workflows/pr\.yml@[0-9a-f]{40}", job["uses"])
     assert job["with"]["backend"] == "ci/backend.toml" and "callback-url" in job["with"]
-    assert job["permissions"] == {"contents": "read", "id-token": "write"}
+    assert job["permissions"] == {"contents": "read", "id-token": "write", "actions": "read"}
     assert set(vendor["on"]) == {"repository_dispatch"} and vendor["concurrency"]["cancel-in-progress"] is True
     # The stand-in torch reaches both reports.
     for job_name in ("relay-start", "relay-end"):
