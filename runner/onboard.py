@@ -35,6 +35,7 @@ from .stages import RunContext, RunOptions
 
 MANIFEST = Path("ci") / "backend.toml"
 WORKFLOW = Path(".github") / "workflows" / "ootci.yml"
+PR_WORKFLOW = Path(".github") / "workflows" / "ootci-pytorch-pr.yml"
 OOTCI_REPOSITORY = "ootci/ootci"
 DEFAULT_TORCH = "2.13.0"
 VENDOR_TEST_DIRS = ("tests", "test")
@@ -54,6 +55,8 @@ class InitOptions:
     index_url: str | None = None
     jobs: int | None = None
     cache: Path | None = None
+    pytorch_prs: bool = False
+    """also write the caller of ootci's PR workflow (PyTorch pull requests tested on this backend)"""
 
 
 # ---------------------------------------------------------------- the ootci a workflow pins
@@ -116,6 +119,54 @@ jobs:
       # Runners with your device, e.g. '["self-hosted", "my-accelerator"]'.
       runs-on: '{runs}'
 """
+
+
+# The relay's callback endpoint as PyTorch's relay serves it (docs/workflows.md, "Joining PyTorch's relay").
+RELAY_CALLBACK_URL = "https://gwuj7w5coh4y4l66urspge6mnm0pwaxq.lambda-url.us-east-1.on.aws/github/callback/"
+
+
+def pr_workflow_text(ref: OotciRef) -> str:
+    """examples/vendor-pytorch-pr.yml, pinned as workflow_text pins backend.yml."""
+    # A template, not an f-string: the workflow's own ${{ }} expressions stay as they are.
+    return """\
+# PyTorch pull requests on this backend: PyTorch's cross-repository CI relay dispatches
+# every PyTorch PR to this repository (once it is on the relay's allow-list and has the
+# relay's GitHub App installed), and ootci's reusable workflow builds the PR's torch, runs
+# this backend's suites against it and reports back to the PR. Written by `ootci init
+# --pytorch-prs`; every setting on both sides: ootci's docs/workflows.md, "Joining PyTorch's
+# relay". Pin ootci to a full commit SHA.
+name: ootci PyTorch PR
+run-name: ootci PyTorch PR ${{ github.event.client_payload.payload.pull_request.number }}
+
+on:
+  repository_dispatch:
+    types: [pull_request]
+
+permissions: {}
+
+# One run per PR: a new push cancels the older run, `closed` cancels a run in progress, and a
+# cancelled run sends the relay nothing more.
+concurrency:
+  group: ootci-pytorch-pr-${{ github.event.client_payload.payload.pull_request.number }}
+  cancel-in-progress: true
+
+jobs:
+  ootci:
+    permissions:
+      contents: read
+      id-token: write # the relay authenticates each report by the reporting job's OIDC token
+      actions: read # the backend jobs' records, also of an earlier attempt ("Re-run failed jobs")
+    uses: @REPOSITORY@/.github/workflows/pr.yml@@REF@  # ootci @VERSION@
+    with:
+      backend: ci/backend.toml
+      # The relay's callback endpoint as PyTorch's relay serves it (docs/workflows.md, "Joining PyTorch's relay").
+      callback-url: ${{ vars.OOTCI_RELAY_CALLBACK_URL || '@CALLBACK@' }}
+      # Optional: a released torch instead of the PR's source build (named in every report).
+      torch: ${{ vars.OOTCI_PR_TORCH }}
+      # Runners for the source build of the PR's torch (a big machine), e.g. '["self-hosted", "linux-x64-32core"]'.
+      torch-build-runs-on: '["ubuntu-latest"]'
+""".replace("@REPOSITORY@", OOTCI_REPOSITORY).replace("@REF@", ref.ref).replace("@VERSION@", ref.version) \
+        .replace("@CALLBACK@", RELAY_CALLBACK_URL)
 
 
 # ---------------------------------------------------------------- the manifest
@@ -304,8 +355,8 @@ def _entry_point(declared: project_metadata.Declared, files: list[str]) -> tuple
     return text, module.split(".", 1)[0]
 
 
-def _targets(repo: Path) -> list[Path]:
-    return [repo / MANIFEST, repo / WORKFLOW]
+def _targets(repo: Path, pytorch_prs: bool = False) -> list[Path]:
+    return [repo / MANIFEST, repo / WORKFLOW, *([repo / PR_WORKFLOW] if pytorch_prs else [])]
 
 
 def check_options(options: InitOptions) -> tuple[Path, torchspec.TorchSpec]:
@@ -314,7 +365,7 @@ def check_options(options: InitOptions) -> tuple[Path, torchspec.TorchSpec]:
     if not repo.is_dir():
         raise UsageError(f"{repo}: not a directory")
     repo = repo.resolve()
-    for target in _targets(repo):
+    for target in _targets(repo, options.pytorch_prs):
         if target.is_dir():
             raise UsageError(f"{target.relative_to(repo)} in {repo} is a directory, not a file")
         if target.exists() and not options.force:
@@ -438,10 +489,12 @@ def init(options: InitOptions, reporter) -> InitResult:
     ref = ootci_ref()
     text = manifest_text(onboarding)
     loaded = validated(text)
-    for path, content in ((repo / MANIFEST, text),
-                          (repo / WORKFLOW, workflow_text(ref, loaded.ci.runs_on, onboarding.declared.name))):
+    files = [(repo / MANIFEST, text), (repo / WORKFLOW, workflow_text(ref, loaded.ci.runs_on, onboarding.declared.name))]
+    if options.pytorch_prs:
+        files.append((repo / PR_WORKFLOW, pr_workflow_text(ref)))
+    for path, content in files:
         try:
             atomic.write_text(path, content)
         except OSError as exc:
             raise OutputError(f"{path}: cannot write: {exc.strerror}") from None
-    return InitResult(_targets(repo), onboarding, ref, failure=failure, log_dir=logs)
+    return InitResult(_targets(repo, options.pytorch_prs), onboarding, ref, failure=failure, log_dir=logs)

@@ -27,6 +27,7 @@ from support.init_fixtures import BACKENDS, materialize
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PINNED = re.compile(r"^ootci/ootci/\.github/workflows/backend\.yml@[0-9a-f]{40}$")
+PR_PINNED = re.compile(r"^ootci/ootci/\.github/workflows/pr\.yml@[0-9a-f]{40}$")
 PROBED_CAPABILITIES = ["multi_device", "streams", "events", "generator", "autocast", "pinned_memory",
                        "serialization", "autograd"]
 
@@ -122,19 +123,51 @@ def test_the_workflow_is_one_job_calling_backend_yml(tmp_path):
     assert workflow["permissions"] == {"contents": "read"}
 
 
-def test_the_workflow_passes_actionlint_and_zizmor(tmp_path):
-    for name in ("actionlint", "zizmor"):
-        if not (BIN / name).is_file():
-            pytest.skip(f"{name} is not installed (the [test] extra of pyproject.toml provides it)")
-    path = tmp_path / ".github" / "workflows" / "ootci.yml"
+@pytest.mark.parametrize("name", ["ootci.yml", "ootci-pytorch-pr.yml"])
+def test_the_workflow_passes_actionlint_and_zizmor(tmp_path, name):
+    for tool in ("actionlint", "zizmor"):
+        if not (BIN / tool).is_file():
+            pytest.skip(f"{tool} is not installed (the [test] extra of pyproject.toml provides it)")
+    path = tmp_path / ".github" / "workflows" / name
     path.parent.mkdir(parents=True)
-    path.write_text(onboard.workflow_text(onboard.ootci_ref(), ["ubuntu-latest"], "torch_acme"))
+    ref = onboard.ootci_ref()
+    path.write_text(onboard.workflow_text(ref, ["ubuntu-latest"], "torch_acme") if name == "ootci.yml"
+                    else onboard.pr_workflow_text(ref))
     lint = subprocess.run([str(BIN / "actionlint"), "-no-color", str(path)], capture_output=True, text=True,
                           timeout=120)
     assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr
     audit = subprocess.run([str(BIN / "zizmor"), "--offline", "--no-progress", str(path)], capture_output=True,
                            text=True, timeout=120)
     assert audit.returncode == 0 and "No findings" in audit.stdout, audit.stdout + audit.stderr
+
+
+def test_the_pr_workflow_is_the_vendor_example_pinned_like_the_nightly_one():
+    ref = onboard.OotciRef("c" * 40, "0.2.0", "test")
+    text = onboard.pr_workflow_text(ref)
+    assert f"/pr.yml@{'c' * 40}  # ootci 0.2.0\n" in text
+    written = YAML(typ="safe").load(text)
+    example = YAML(typ="safe").load((REPO / "examples" / "vendor-pytorch-pr.yml").read_text())
+    [job] = written["jobs"].values()
+    [example_job] = example["jobs"].values()
+    assert PR_PINNED.match(job["uses"])
+    declared = YAML(typ="safe").load((REPO / ".github" / "workflows" / "pr.yml").read_text())
+    assert set(job["with"]) <= set(declared["on"]["workflow_call"]["inputs"])
+    # The example's workflow, but for the pin and the runners of the torch build (the vendor's to name).
+    for doc, j in ((written, job), (example, example_job)):
+        j.pop("uses")
+        j["with"].pop("torch-build-runs-on")
+    assert written == example
+    assert job["permissions"] == {"contents": "read", "id-token": "write", "actions": "read"}
+
+
+def test_the_pr_workflow_is_not_overwritten_without_force(tmp_path, capsys):
+    repo = materialize("pyproject", tmp_path / "repo", git=False)
+    (repo / onboard.PR_WORKFLOW).parent.mkdir(parents=True)
+    (repo / onboard.PR_WORKFLOW).write_text("mine\n")
+    assert cli.main(["init", str(repo), "--pytorch-prs", "--no-probe", "--device", "acme"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"ootci: {onboard.PR_WORKFLOW} already exists in {repo.resolve()}: pass --force to overwrite it")
+    assert (repo / onboard.PR_WORKFLOW).read_text() == "mine\n" and not (repo / "ci").exists()
 
 
 # -- the manifest --------------------------------------------------------------------------------------
@@ -176,7 +209,7 @@ def test_a_manifest_without_a_probe_says_what_to_fill_in():
     m = onboard.validated(text)
     assert m.capabilities == [] and m.suites.vendor == []
     assert "# given with --device: not probed\ndevice = \"acme\"" in text
-    assert "# NOT PROBED (--no-probe).\n# Fill in what 'acme' supports, from: multi_device, streams" in text
+    assert "# NOT PROBED (--no-probe).\n# Fill in what 'acme' supports, from: synchronize, multi_device, streams" in text
 
 
 def test_the_manifest_passes_check_jsonschema(tmp_path):
@@ -303,8 +336,13 @@ def test_no_probe_writes_what_is_declared_and_force_overwrites(tmp_path, torch_l
     repo = materialize("pyproject", tmp_path / "repo")
     (repo / "ci").mkdir()
     (repo / onboard.MANIFEST).write_text("old\n")
-    result = ootci("init", "--no-probe", "--device", "acme", "--force", cwd=repo, timeout=600)
+    result = ootci("init", "--no-probe", "--device", "acme", "--force", "--pytorch-prs", cwd=repo, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
+    # --pytorch-prs: the PR caller too, pinned to the same ootci commit as the nightly's workflow.
+    pr = YAML(typ="safe").load((repo / onboard.PR_WORKFLOW).read_text())
+    [job] = pr["jobs"].values()
+    assert job["uses"] == f"ootci/ootci/.github/workflows/pr.yml@{head(REPO)}"
+    assert f"wrote {onboard.PR_WORKFLOW}" in result.stdout and str(onboard.PR_WORKFLOW) in result.stdout.splitlines()[-1]
     m = manifest.load(repo / onboard.MANIFEST)
     assert (m.device, m.distribution, m.capabilities) == ("acme", "acme-accel", [])
     assert "NOT PROBED (--no-probe)" in (repo / onboard.MANIFEST).read_text()

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", help="the torch device type, when the probe cannot find it (with --no-probe)")
     p.add_argument("--no-probe", dest="probe", action="store_false",
                    help="build nothing; write what the repository declares and --device, the rest to fill in by hand")
+    p.add_argument("--pytorch-prs", action="store_true",
+                   help="also write .github/workflows/ootci-pytorch-pr.yml: PyTorch pull requests that PyTorch's "
+                        "relay dispatches to this repository, tested on this backend")
     p.add_argument("--index-url", help="package index for a nightly torch (default $OOTCI_TORCH_INDEX or PyTorch's)")
     p.add_argument("--jobs", type=int, help="parallel build jobs (MAX_JOBS)")
     p.add_argument("--cache", type=Path, help="cache directory (default $OOTCI_CACHE or ~/.cache/ootci)")
@@ -35,7 +38,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")
     options = onboard.InitOptions(repo=args.dir, torch=args.torch, force=args.force, probe=args.probe,
                                   device=args.device, index_url=args.index_url, jobs=args.jobs,
-                                  cache=args.cache.absolute() if args.cache else None)
+                                  cache=args.cache.absolute() if args.cache else None,
+                                  pytorch_prs=args.pytorch_prs)
     result = onboard.init(options, Reporter())
     if not result.written:
         print(f"ootci init: nothing written: {result.failure}", file=sys.stderr)
@@ -79,4 +83,8 @@ def _print_done(result: onboard.InitResult, torch: str) -> None:
     print("Next:")
     print(f"  ootci run ci/backend.toml --torch {torch} --suites smoke      # a first run on this machine")
     print("  edit runs-on in .github/workflows/ootci.yml and [ci] runs_on: runners with your device")
-    print(f"  git add {onboard.MANIFEST} {onboard.WORKFLOW} && git commit -m 'ci: test the backend with ootci'")
+    if onboard.PR_WORKFLOW in (p.relative_to(o.repo) for p in result.written):
+        print(f"  edit torch-build-runs-on in {onboard.PR_WORKFLOW}; join PyTorch's relay (its allow-list and "
+              "GitHub App): ootci's docs/workflows.md, \"Joining PyTorch's relay\"")
+    print(f"  git add {' '.join(str(p.relative_to(o.repo)) for p in result.written)} "
+          "&& git commit -m 'ci: test the backend with ootci'")
