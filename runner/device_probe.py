@@ -41,6 +41,8 @@ class Probed:
     capabilities: dict[str, Finding] = field(default_factory=dict)
     dtypes: dict[str, Finding] = field(default_factory=dict)
     failure: str | None = None
+    fork: Finding | None = None
+    """can a child forked after `import torch` use the device (Suites.crash_isolation = "fork")"""
     notes: list[str] = field(default_factory=list)
     """what the vendor should know that no field says"""
 
@@ -79,6 +81,8 @@ def probe(python: Path, package: str, device: str | None, *, log: Path, timeout:
         args = ["--package", package, "--capabilities", ",".join(_names(pending, "capability")),
                 "--dtypes", ",".join(_names(pending, "dtype"))]
         result = runner.probe("capabilities.py", *args, *(["--device", device] if device else []), autoload=True)
+        if found.fork is None and "fork" in result.phases:
+            found.fork = _finding(result.phases["fork"])
         if not _read_head(result, found):
             return found
         for item in pending:

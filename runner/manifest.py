@@ -177,6 +177,11 @@ class Suites(_Strict):
     smoke: bool = True
     integration: bool = True
     vendor: list[VendorSuite] = Field(default_factory=list)
+    crash_isolation: Literal["process", "fork"] = Field(
+        default="process", description="how a test that crashes the interpreter is contained: 'process' starts a "
+        "new interpreter (or xdist worker) after each crash; 'fork' runs the tests in forked children of a process "
+        "that imported torch and the backend, so a crash costs a fork, not an interpreter start and a collection. "
+        "'fork' needs a backend that does not start its device when imported (`ootci init` probes it)")
 
 
 class ExpectedFailure(_Strict):

@@ -310,6 +310,10 @@ def manifest_text(o: Onboarding) -> str:
     lines += ["", "[ci]", "# labels of a runner with your device (also runs-on in .github/workflows/ootci.yml)",
               'runs_on = ["ubuntu-latest"]', "# the torch the nightly matrix tests", 'torch = "nightly"',
               "", "[suites]", "smoke = true", "integration = true"]
+    if o.probed is not None and o.probed.fork is not None:
+        fork = o.probed.fork
+        lines += [f"# probed: {fork.detail}" + ("" if fork.works else "; a crash starts a new interpreter"),
+                  f"crash_isolation = {_toml('fork' if fork.works else 'process')}"]
     if o.vendor_tests:
         lines += ["", f"# found: {o.vendor_tests}/, run with pytest in the environment under test (integration stage)",
                   "[[suites.vendor]]", f"name = {_toml(o.vendor_tests)}", f"path = {_toml(o.vendor_tests)}"]

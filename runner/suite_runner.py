@@ -335,7 +335,11 @@ class SuiteRunner:
                     "--ootci-progress", str(progress_dir)]
             # A retry of a few tests is faster in one process than in workers that each
             # collect the whole suite first.
-            if spec.workers > 1 and (only is None or len(only) >= XDIST_MIN_TESTS):
+            parallel = spec.workers > 1 and (only is None or len(only) >= XDIST_MIN_TESTS)
+            if self.manifest.suites.crash_isolation == "fork":
+                # One collection; each crash costs a fork of it (ootci_plugin's --ootci-fork).
+                argv += ["-p", "no:xdist", "--ootci-fork", str(spec.workers if parallel else 1)]
+            elif parallel:
                 argv += ["-n", str(spec.workers), "--max-worker-restart", str(MAX_RESUMES * spec.workers)]
             else:
                 argv += ["-p", "no:xdist"]

@@ -46,6 +46,9 @@ def test_partly_red_backend_from_init_to_a_baseline_and_a_planted_regression(tmp
     assert "int64" not in m.dtypes and {"float32", "float64", "bool"} <= set(m.dtypes)
     assert "synchronize" not in {c.value for c in m.capabilities}
     assert [v.name for v in m.suites.vendor] == ["tests"]
+    # A fork of a process that imported torch uses the device: a crash will cost a fork.
+    assert m.suites.crash_isolation == "fork"
+    assert "# probed: a child forked after `import torch` uses the device\ncrash_isolation = \"fork\"" in path.read_text()
 
     # The first run is red, and every stage ran: a failure hides nothing.
     first = ootci("run", "ci/backend.toml", "--torch", "2.13.0", "--out", str(out / "first"), cwd=repo, env=ENV)
@@ -61,7 +64,9 @@ def test_partly_red_backend_from_init_to_a_baseline_and_a_planted_regression(tmp
     assert integration.data["ran_despite"] == [f"autoload: {autoload.root_cause.summary}"]
     tests = by_id(record)
     for crash in RFFT_CRASHES:
-        assert tests[crash].outcome is Outcome.crashed and "SIGSEGV" in tests[crash].message, tests[crash]
+        assert tests[crash].outcome is Outcome.crashed, tests[crash]
+        assert tests[crash].message.startswith("crashed: the test process was killed by SIGSEGV at "
+                                               "test_opinfo.py:"), tests[crash].message
         assert tests[crash].attempts <= 2  # a crash is re-run at most once
     assert tests["test_opinfo.py::test_compare_cpu[abs-float32]"].outcome is Outcome.passed
     assert tests["test_opinfo.py::test_compare_cpu[trunc-float64]"].outcome is Outcome.passed

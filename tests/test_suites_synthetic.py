@@ -175,6 +175,40 @@ def test_hangs_under_xdist_are_timeouts(torch_layer, tmp_path):
 
 
 @pytest.mark.slow
+def test_crash_isolation_by_fork_names_the_crash_and_the_hang_and_forks_on(torch_layer, tmp_path):
+    """suites.crash_isolation = "fork": one process collects, forked children run the tests; a
+    segfault or a hang in native code ends only a child, and a new fork goes on after the test."""
+    m, runner = _runner(torch_layer.python, tmp_path, 300,
+                        suites=manifest.load(SYNTHETIC).suites.model_copy(update={"crash_isolation": "fork"}))
+    crash = suite_runner.vendor_suite(m.suites.vendor[2], m.directory, 2)
+    crash.workers = 2
+    run = runner.run(crash)
+    results = {r.id: r for r in run.results}
+    assert {i: r.outcome for i, r in results.items()} == {
+        "check_crash.py::test_before_crash": Outcome.passed,
+        "check_crash.py::test_segfaults": Outcome.crashed,
+        "check_crash.py::test_after_crash": Outcome.passed,
+        "check_crash.py::test_fails_after_crash": Outcome.failed,
+    }
+    segfault = results["check_crash.py::test_segfaults"]
+    assert segfault.message.startswith("crashed: the test process was killed by SIGSEGV at check_crash.py:")
+    assert "Fatal Python error: Segmentation fault" in segfault.log_tail
+    # One pytest process for the whole attempt: the crash cost a fork, not a resumed interpreter.
+    assert sorted(p.name for p in (tmp_path / "junit" / "raw" / "crash").glob("attempt-*.xml")) == \
+        ["attempt-1-round-0.xml"]
+    hangs = runner.run(suite_runner.vendor_suite(m.suites.vendor[1], m.directory, 1))
+    results = {r.id: r for r in hangs.results}
+    assert {i: r.outcome for i, r in results.items()} == {
+        "check_hangs.py::test_before": Outcome.passed,
+        "check_hangs.py::test_hangs_in_python": Outcome.timeout,
+        "check_hangs.py::test_hangs_in_native_code": Outcome.timeout,
+        "check_hangs.py::test_after": Outcome.passed,
+    }
+    assert "never returned to Python; faulthandler ended the process" in \
+        results["check_hangs.py::test_hangs_in_native_code"].message
+
+
+@pytest.mark.slow
 def test_the_suite_time_limit_names_the_test_it_stopped(torch_layer, tmp_path):
     # One test may take 10 minutes, the whole suite 8 seconds: the suite's limit ends it.
     m, runner = _runner(torch_layer.python, tmp_path, 8,

@@ -2,7 +2,9 @@
 
 Phases (one result line each): `import`; `device` (the device name: the PrivateUse1
 backend's, or a device module registered by --package when the backend uses a built-in
-device type; --device overrides); `tensor` (a float32 tensor to the device and back);
+device type; --device overrides); `fork` (a child forked before this process touches the
+device can use it: the suites' crash isolation by fork); `tensor` (a float32 tensor to the
+device and back);
 then `capability:<name>` and `dtype:<name>` for each one asked, every one preceded by
 `start:<item>` so that a crash or a hang names the check it happened in. Each capability
 check is a tiny real operation on the device, like the smoke suite's test of the same
@@ -47,6 +49,44 @@ def tensor(dev: str) -> str:
     if not torch.equal(on_device.cpu(), host):
         raise AssertionError("a tensor copied to the device and back changed")
     return str(on_device.device)
+
+
+FORK_TIMEOUT_S = 60.0
+
+
+def fork_safe(dev: str) -> str:
+    """A child forked after `import torch` (the backend loaded, the device untouched) uses the
+    device: the suites can then contain a crash with a fork instead of a new interpreter."""
+    import signal
+    import time
+
+    if not hasattr(os, "fork"):
+        raise No("no os.fork on this platform")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            import torch
+
+            code = 0 if torch.arange(6.0).to(dev).mul(2).cpu().tolist() == [0.0, 2, 4, 6, 8, 10] else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + FORK_TIMEOUT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise No(f"a child forked after `import torch` hung on the device for {FORK_TIMEOUT_S:g} s")
+        time.sleep(0.05)
+    if os.WIFSIGNALED(status):
+        raise No(f"a child forked after `import torch` was killed by {signal.Signals(os.WTERMSIG(status)).name} "
+                 "when it used the device")
+    if os.WEXITSTATUS(status):
+        raise No(f"a child forked after `import torch` could not use the device (exit code {os.WEXITSTATUS(status)})")
+    return "a child forked after `import torch` uses the device"
 
 
 def synchronize(dev: str) -> str:
@@ -269,6 +309,8 @@ def main() -> None:
     dev = found.get("value", {}).get("device")
     if not dev:
         return
+    # Before this process touches the device: can a fork of it use the device? (crash isolation by fork)
+    check("fork", lambda: fork_safe(dev))
     basic = attempt(lambda: tensor(dev))
     emit("tensor", **basic)
     if not basic["ok"]:

@@ -23,7 +23,13 @@ What it adds to a pytest session:
   and for resuming after a crash without long command lines;
 - sharding (`--ootci-shard K/N`): every shard collects the whole suite and keeps only
   the tests whose node id hashes to shard K (`shard_of`: blake2b of "suite::nodeid",
-  mod N), so N machines each run about 1/N of it and together run all of it once.
+  mod N), so N machines each run about 1/N of it and together run all of it once;
+- crash isolation by fork (`--ootci-fork N`): this process imports torch and the
+  backend and collects, but runs no test: N forked children run the tests (child k
+  every N-th), and a child that crashes or hangs is recorded against the test in
+  progress and replaced by a new fork that goes on after it. A crash then costs a fork
+  (milliseconds), not an interpreter start and a collection (seconds); it needs a
+  backend that does not start its device when it is imported (`ootci init` probes it).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from xml.sax.saxutils import escape, quoteattr
@@ -95,6 +102,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ootci-exclude", default="", help="file of test ids: do not run these")
     group.addoption("--ootci-shard", default="", metavar="K/N",
                     help="run only the tests of shard K of N (a stable hash of suite and node id)")
+    group.addoption("--ootci-fork", type=int, default=0, metavar="N",
+                    help="run the tests in N forked children, each crash costing a fork (0: in this process)")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -289,6 +298,92 @@ class _State:
         if self.junit is not None and not self.junit.collected_written:
             self.junit.write_collected(list(ids))
 
+    # -- crash isolation by fork ---------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session):
+        children = int(self.config.getoption("ootci_fork") or 0)
+        if children <= 0 or _is_worker(self.config) or self.config.option.collectonly or not session.items:
+            return None
+        if session.testsfailed and not self.config.option.continue_on_collection_errors:
+            return None  # pytest's own loop says why it stops
+        items = session.items
+        queues = {k: list(range(k, len(items), children)) for k in range(children)}
+        running: dict[int, tuple[int, list[int]]] = {}
+        for k, queue in queues.items():
+            if queue:
+                running[self._fork(k, queue, items)] = (k, queue)
+        while running:
+            pid, status = os.waitpid(-1, 0)
+            if pid not in running:
+                continue
+            k, queue = running.pop(pid)
+            if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+                continue
+            rest = self._after_death(k, queue, items, status)
+            if rest:
+                running[self._fork(k, rest, items)] = (k, rest)
+        return True
+
+    def _fork(self, k: int, queue: list[int], items: list[pytest.Item]) -> int:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid:
+            return pid
+        code = 0
+        try:
+            self.worker = f"fork{k}"
+            if self.progress_dir:  # the report of a crash, for the parent to read
+                fault = open(os.path.join(self.progress_dir, f"{self.worker}.fault"), "w")
+                faulthandler.enable(file=fault)
+                self.stderr_fd = fault.fileno()
+            for pos, index in enumerate(queue):
+                nextitem = items[queue[pos + 1]] if pos + 1 < len(queue) else None
+                items[index].config.hook.pytest_runtest_protocol(item=items[index], nextitem=nextitem)
+        except BaseException:  # noqa: B036 - whatever it is, this child ends here and says so
+            code = 3
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)  # the parent finishes the session: no second sessionfinish, no atexit
+
+    def _after_death(self, k: int, queue: list[int], items: list[pytest.Item], status: int) -> list[int]:
+        """Record the test a child died in; the rest of its queue, for a new child."""
+        worker = f"fork{k}"
+        progress = self._progress(worker)
+        nodeid = progress.get("nodeid")
+        positions = {items[i].nodeid: pos for pos, i in enumerate(queue)}
+        if nodeid not in positions:
+            return []  # it died outside any test: the rest is reported as never run
+        if os.WIFSIGNALED(status):
+            name = signal.Signals(os.WTERMSIG(status)).name
+            how = f"the test process was killed by {name}"
+        else:
+            how = f"the test process exited with code {os.WEXITSTATUS(status)}"
+        report = ""
+        try:
+            with open(os.path.join(self.progress_dir, f"{worker}.fault"), encoding="utf-8", errors="replace") as f:
+                report = f.read()
+        except OSError:
+            pass
+        frame = _innermost_test_frame(report)
+        if self.timeout > 0 and time.time() - progress.get("started", time.time()) >= self.timeout:
+            forced = ("timeout", f"test exceeded its {self.timeout:g} s time limit in code that never returned to "
+                                 f"Python; faulthandler ended the process" + (f" at {frame}" if frame else ""))
+        else:
+            forced = ("crashed", f"crashed: {how}" + (f" at {frame}" if frame else ""))
+        if self.junit is not None:
+            self.junit.write_died(nodeid, forced, report)
+        return queue[positions[nodeid] + 1:]
+
+    def _progress(self, worker: str) -> dict:
+        try:
+            with open(os.path.join(self.progress_dir, f"{worker}.json"), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError, TypeError):
+            return {}
+
     # -- the test in progress and its time limit ----------------------------------------
 
     @pytest.hookimpl(hookwrapper=True)
@@ -371,11 +466,7 @@ class _State:
     def _worker_timed_out(self, worker: str, nodeid: str) -> bool:
         if not self.progress_dir or self.timeout <= 0:
             return False
-        try:
-            with open(os.path.join(self.progress_dir, f"{worker}.json"), encoding="utf-8") as f:
-                progress = json.load(f)
-        except (OSError, ValueError):
-            return False
+        progress = self._progress(worker)
         return progress.get("nodeid") == nodeid and time.time() - progress.get("started", 0) >= self.timeout
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -406,8 +497,24 @@ def _attr(value: object) -> str:
     return quoteattr(_clean(str(value)))
 
 
+def _head(text: str, limit: int = TAIL_CHARS - 1000) -> str:
+    """faulthandler's report starts with the signal and the innermost frames: keep its start."""
+    return text if len(text) <= limit else text[:limit] + "\n..."
+
+
 def _tail(text: str, limit: int = TAIL_CHARS) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+_TEST_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>test\w*)')
+
+
+def _innermost_test_frame(report: str) -> str | None:
+    """`file:line in test_x` of faulthandler's report: the test function the crash came through."""
+    found = _TEST_FRAME.search(report)  # faulthandler prints the innermost frame first
+    if not found:
+        return None
+    return f"{os.path.basename(found.group('file'))}:{found.group('line')} in {found.group('func')}"
 
 
 def _classname_and_name(nodeid: str) -> tuple[str, str]:
@@ -523,6 +630,18 @@ class _StreamingJUnit:
             parts.append(f"<system-out>{escape(_clean(_tail(output)))}</system-out>")
         parts.append("</testcase>\n")
         self._write("".join(parts))
+
+    def write_died(self, nodeid: str, forced: tuple[str, str], report: str) -> None:
+        """The case of a test its forked child died in: no pytest report exists for it."""
+        outcome, message = forced
+        classname, name = _classname_and_name(nodeid)
+        props = "".join(f"<property name={_attr(k)} value={_attr(v)}/>"
+                        for k, v in (("nodeid", nodeid), ("ootci.outcome", outcome)))
+        tag = "failure" if outcome == "timeout" else "error"
+        self._write(f"<testcase classname={_attr(classname)} name={_attr(name)} time=\"0.000\">"
+                    f"<properties>{props}</properties>"
+                    f"<{tag} type={_attr(outcome)} message={_attr(message[:MESSAGE_CHARS])}>"
+                    f"{escape(_clean(_head(report)))}</{tag}></testcase>\n")
 
     def finish(self, exitstatus: int) -> None:
         self._write(f"<!-- ootci: session finished, exit status {exitstatus} -->\n</testsuite>\n</testsuites>\n")

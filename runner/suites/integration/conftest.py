@@ -22,8 +22,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    # Each xdist worker is one process per core already; more threads only contend.
-    if hasattr(config, "workerinput"):
+    # Each xdist worker (or forked child, --ootci-fork) is one process per core already;
+    # more threads only contend.
+    if hasattr(config, "workerinput") or config.getoption("ootci_fork", 0) > 1:
         import torch
 
         torch.set_num_threads(1)
