@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PINNED = re.compile(r"^ootci/ootci/\.github/workflows/backend\.yml@[0-9a-f]{40}$")
 PR_PINNED = re.compile(r"^ootci/ootci/\.github/workflows/pr\.yml@[0-9a-f]{40}$")
-PROBED_CAPABILITIES = ["multi_device", "streams", "events", "generator", "autocast", "pinned_memory",
+PROBED_CAPABILITIES = ["synchronize", "multi_device", "streams", "events", "generator", "autocast", "pinned_memory",
                        "serialization", "autograd"]
 
 
@@ -202,6 +202,19 @@ def test_the_manifest_claims_what_the_probe_found_and_says_so():
     assert "# probed: torch._C._get_privateuse1_backend_name()\ndevice = \"acme\"" in text
     assert re.search(r"#   sparse +no +RuntimeError: not on this device", text)
     assert "2.13.0+cpu" in text
+
+
+@pytest.mark.parametrize("works, isolation", [(True, "fork"), (False, "process")])
+def test_the_manifest_contains_a_crash_with_a_fork_where_the_probe_found_a_fork_uses_the_device(works, isolation):
+    detail = "a child forked after `import torch` " + ("uses the device" if works else "was killed by SIGSEGV")
+    probed = device_probe.Probed(device="acme", how="test", capabilities={}, dtypes={"float32": device_probe.Finding(True, "")},
+                                 fork=device_probe.Finding(works, detail))
+    text = onboard.manifest_text(onboarding(probed))
+    assert onboard.validated(text).suites.crash_isolation == isolation
+    assert f"# probed: {detail}" in text
+    # Unprobed: the default, and nothing said.
+    assert onboard.validated(onboard.manifest_text(onboarding(None, not_probed="--no-probe"))).suites.crash_isolation \
+        == "process"
 
 
 def test_a_manifest_without_a_probe_says_what_to_fill_in():
