@@ -182,12 +182,15 @@ def test_least_privilege_permissions(path):
             jobs = load(REPO / ".github" / "workflows" / called.group(1))["jobs"].values()
             needed = {k for j in jobs for k, v in j.get("permissions", {}).items() if v == "write"}
             assert {k for k, v in granted.items() if v == "write"} <= needed, f"{path.name}: job {name} grants more"
-            # And every read they take (GitHub refuses to start a nested job that asks more than its
-            # caller grants): actions: read above all, for the artifacts of an earlier attempt.
+            # And every permission they ask for, at its level: GitHub refuses to start a called
+            # workflow any of whose jobs asks for more than the caller grants, whatever that job's
+            # `if:` ("The nested job ... is requesting ..., but is only allowed ...").
             given = job.get("permissions", doc["permissions"])
-            reads = {k for j in jobs for k, v in j.get("permissions", {}).items() if v == "read"}
-            assert {k for k in reads if given.get(k) not in ("read", "write")} == set(), \
-                f"{path.name}: job {name} does not grant the reads of {called.group(1)}"
+            level = {"none": 0, "read": 1, "write": 2}
+            short = {f"{j_name}: {k}: {v} (granted {given.get(k, 'none')})"
+                     for j_name, j in load(REPO / ".github" / "workflows" / called.group(1))["jobs"].items()
+                     for k, v in j.get("permissions", {}).items() if level[v] > level[given.get(k, "none")]}
+            assert short == set(), f"{path.name}: job {name} grants less than {called.group(1)} asks: {sorted(short)}"
             continue
         if "pages" in granted or "id-token" in granted:
             # Only two jobs may mint tokens, and they run nothing of their own.
@@ -284,7 +287,8 @@ def test_bisect_is_a_reusable_workflow_with_its_inputs():
         "torch": ("string", ""), "suites": ("string", "smoke,integration"), "max-steps": ("number", 8),
         "runs-on": ("string", '["ubuntu-latest"]'), "python-version": ("string", "3.11"),
         "history-branch": ("string", "ootci-data"), "history-repository": ("string", ""),
-        "container": ("string", ""), "login-shell": ("boolean", False), "use-image-python": ("boolean", False),
+        "container": ("string", ""), "devices": ("string", ""), "login-shell": ("boolean", False),
+        "use-image-python": ("boolean", False),
     }
     assert {name: (spec["type"], spec.get("default")) for name, spec in inputs.items()} == expected
     assert [name for name, spec in inputs.items() if spec.get("required")] == ["backend"]
@@ -452,7 +456,7 @@ def test_setup_installs_ootci_from_a_copy_and_not_editable():
     assert 'install --quiet --disable-pip-version-check "$RUNNER_TEMP/ootci-src"' in install["run"]
 
 
-@pytest.mark.parametrize("name", ["nightly.yml", "pr.yml", "collect.yml"])
+@pytest.mark.parametrize("name", ["nightly.yml", "pytorch-pr.yml", "collect.yml"])
 def test_a_re_run_deploys_the_site_of_its_own_attempt(name):
     """`Re-run failed jobs` runs a failed publish again in the same workflow run: its Pages artifact
     must not collide with the first attempt's (or with the other site of the same run). And it
@@ -629,11 +633,11 @@ CACHE_ENV = "OOTCI_CACHE=/var/cache/ootci"
 CACHE_VOLUME = ["-v", "ootci-cache:/var/cache/ootci", "-e", CACHE_ENV]
 
 
-def render_container(container_input: str, secrets: dict | None = None) -> dict:
+def render_container(container_input: str, secrets: dict | None = None, devices: str = "") -> dict:
     """backend.yml's `container:` key as GitHub evaluates it for one value of the container input
-    (and the registry secrets the caller passes)."""
+    (and the registry secrets and devices the caller passes)."""
     spec = load(BACKEND)["jobs"]["run"]["container"]
-    contexts = {"inputs": {"container": container_input}, "secrets": secrets or {}}
+    contexts = {"inputs": {"container": container_input, "devices": devices}, "secrets": secrets or {}}
     return {key: {k: evaluate(v, **contexts) for k, v in value.items()} if isinstance(value, dict)
             else evaluate(value, **contexts) for key, value in spec.items()}
 
@@ -661,7 +665,7 @@ def test_backend_takes_the_container_as_json_an_image_or_nothing():
     # Without the registry secrets the credentials are null (rendered as ''): the runner logs in
     # only when both are set (actions/runner, ContainerRegistryManager), so a public image pulls.
     assert render_container("ascendai/cann:8.2") == {"image": "ascendai/cann:8.2",
-                                                     "options": "--label=ootci   " + " ".join(CACHE_VOLUME),
+                                                     "options": "--label=ootci    " + " ".join(CACHE_VOLUME),
                                                      "credentials": {"username": None, "password": None}}
     private = render_container("reg.example/img:1", {"registry-username": "bot", "registry-password": "t0ken"})
     assert private["credentials"] == {"username": "bot", "password": "t0ken"}
@@ -686,13 +690,85 @@ def test_registered_accelerators_render_their_vendors_container_settings():
     assert ascend["image"].startswith("ascendai/cann:")
     options = shlex.split(ascend["options"])
     devices = {options[i + 1] for i, o in enumerate(options) if o == "--device"}
-    assert devices == {"/dev/davinci0", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"}
+    # The shared devices only: the card is the runner's, passed per call (the devices input).
+    assert devices == {"/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"}
+    on_runner = shlex.split(render_container(matrix_entry("ascend-npu")["container"], devices='["davinci3"]')["options"])
+    assert {on_runner[i + 1] for i, o in enumerate(on_runner) if o == "--device"} == devices | {"/dev/davinci3"}
     mounts = {options[i + 1] for i, o in enumerate(options) if o == "-v"}
     assert {"/usr/local/dcmi:/usr/local/dcmi", "/usr/local/bin/npu-smi:/usr/local/bin/npu-smi",
             "/usr/local/Ascend/driver/lib64/:/usr/local/Ascend/driver/lib64/"} <= mounts
     # GitHub puts a job container on a network of its own: no --network/--net in options.
     assert not any(o.startswith(("--net", "--network")) for o in [*shlex.split(gaudi["options"]), *options])
 
+
+
+def card_devices(options: str) -> set[str]:
+    """The numbered devices (one card: /dev/davinci0, /dev/accel1) among a container's --device options."""
+    words = shlex.split(options)
+    return {words[i + 1] for i, w in enumerate(words) if w == "--device" and re.search(r"\d$", words[i + 1])}
+
+
+REFUSED = "/dev/ootci-refused-the-devices-input"
+
+
+def test_no_manifest_pins_a_card_and_the_caller_passes_the_runners_devices():
+    """Ascend picks the card per runner (its own CI passes `devices` per call): a manifest that
+    names /dev/davinci0 gives every runner card 0. The cards reach the container through the
+    devices input, from the caller."""
+    for entry in json.loads(ootci("matrix").stdout)["include"]:
+        assert card_devices(render_container(entry["container"])["options"]) == set(), entry["name"]
+    for path in EXAMPLES:
+        for job in load(path)["jobs"].values():
+            container = job.get("with", {}).get("container", "")
+            if container.startswith("{"):
+                assert card_devices(json.loads(container).get("options", "")) == set(), path.name
+    [ascend] = load(REPO / "examples" / "vendor-ascend.yml")["jobs"].values()
+    assert evaluate(ascend["with"]["devices"], vars={}) == '["davinci0"]'
+    assert evaluate(ascend["with"]["devices"], vars={"ASCEND_DEVICES": '["davinci5"]'}) == '["davinci5"]'
+    # Each card once, after the manifest's options, in every container job.
+    options = render_container("img", devices='["davinci2", "davinci3"]')["options"]
+    assert card_devices(options) == {"/dev/davinci2", "/dev/davinci3"}
+    assert shlex.split(options)[1:5] == ["--device", "/dev/davinci2", "--device", "/dev/davinci3"]
+    for value in ("", "[]"):
+        assert "--device" not in render_container("img", devices=value)["options"]
+
+
+@pytest.mark.parametrize("devices", [
+    'davinci0',  # not a list
+    '["davinci0 --privileged"]',  # a second option
+    '["davinci0\\t--privileged"]', '["davinci0\\n-v", "/:/host"]',  # other whitespace
+    '["davinci0\\"", "--privileged"]', '["a\'b"]',  # quotes
+    '["../sda"]', '["sda/../../etc"]', '[".."]', '["davinci0:/dev/x"]',  # out of /dev
+    '["davinci0", "davinci1 -v /:/h"]',  # not only the first name is checked
+])
+def test_a_devices_value_that_is_not_names_under_dev_is_refused(devices):
+    """The value is split into Docker's arguments: a name with a space or a quote would add
+    options of the caller's choosing, a slash or ".." would reach outside /dev. backend.yml has no
+    step before the container starts, so the refusal is a device that does not exist, named."""
+    options = render_container("img", devices=devices)["options"]
+    assert shlex.split(options).count("--device") == 1 and f"--device {REFUSED}" in options
+    assert "privileged" not in options and "/:/" not in options and "sda" not in options
+
+
+def test_every_caller_passes_the_devices_of_the_backends_runner():
+    backend = load(PR)["jobs"]["backend"]["with"]["devices"]
+    # A vendor's list as it is; ootci's object by backend name, none for a backend it leaves out.
+    assert evaluate(backend, inputs={"devices": '["davinci1"]'}, matrix={"name": "acme"}) == '["davinci1"]'
+    assert json.loads(evaluate(backend, inputs={"devices": '{"ascend-npu": ["davinci1"]}'},
+                               matrix={"name": "ascend-npu"})) == ["davinci1"]
+    assert json.loads(evaluate(backend, inputs={"devices": '{"ascend-npu": ["davinci1"]}'},
+                               matrix={"name": "openreg"})) == []
+    assert evaluate(backend, inputs={"devices": ""}, matrix={"name": "openreg"}) == ""
+    own = load(REPO / ".github" / "workflows" / "pytorch-pr.yml")["jobs"]["ootci"]["with"]
+    assert own["devices"] == "${{ vars.OOTCI_DEVICES }}"
+    nightly = load(NIGHTLY)["jobs"]
+    for job, key in (("backend", "name"), ("bisect", "backend")):
+        expression = nightly[job]["with"]["devices"]
+        assert evaluate(expression, vars={}, matrix={key: "ascend-npu"}) == ""
+        assert json.loads(evaluate(expression, vars={"OOTCI_DEVICES": '{"ascend-npu": ["davinci4"]}'},
+                                   matrix={key: "ascend-npu"})) == ["davinci4"]
+        assert json.loads(evaluate(expression, vars={"OOTCI_DEVICES": '{"ascend-npu": ["davinci4"]}'},
+                                   matrix={key: "gaudi-hpu"})) == []
 
 def test_backend_login_shell_is_the_default_shell_and_the_shell_of_ootci_run():
     inputs = load(BACKEND)["on"]["workflow_call"]["inputs"]
@@ -1205,7 +1281,7 @@ def test_every_job_on_the_vendors_runner_gets_the_vendors_container(name):
     calls = [j for path in (NIGHTLY, PR) for j in load(path)["jobs"].values()
              if j.get("uses", "").endswith(("/bisect.yml", "/backend.yml"))]
     for call in calls:  # and every caller passes the manifest's container settings on
-        assert {"runs-on", "container", "login-shell", "use-image-python"} <= set(call["with"]), call["uses"]
+        assert {"runs-on", "container", "devices", "login-shell", "use-image-python"} <= set(call["with"]), call["uses"]
 
 
 def test_the_cache_of_a_container_job_is_on_a_host_volume_the_manifest_may_name():
@@ -1251,7 +1327,19 @@ def test_the_pr_path_is_a_reusable_workflow_a_vendor_calls_with_its_manifest():
     [plan] = [s for s in doc["jobs"]["plan"]["steps"] if s.get("id") == "relay"]
     assert '${BACKEND:+--manifest "$BACKEND"}' in plan["run"]
     own = load(REPO / ".github" / "workflows" / "pytorch-pr.yml")
-    assert list(own["jobs"]) == ["ootci"] and own["jobs"]["ootci"]["uses"] == "$/.github/workflows/pr.yml"
+    assert list(own["jobs"]) == ["ootci", "publish", "deploy"] and own["jobs"]["ootci"]["uses"] == "$/.github/workflows/pr.yml"
+    # Publishing is ootci's own, after the call: nothing in pr.yml writes but the relay's OIDC token,
+    # so a vendor that publishes no dashboard grants no write to its repository or Pages.
+    writes = {(n, k) for n, j in doc["jobs"].items() for k, v in j.get("permissions", {}).items() if v == "write"}
+    assert writes == {("relay-start", "id-token"), ("relay-end", "id-token")}
+    assert "publish" not in doc["on"]["workflow_call"]["inputs"]
+    assert doc["on"]["workflow_call"]["outputs"]["action"]["value"] == "${{ jobs.plan.outputs.action }}"
+    publish = own["jobs"]["publish"]
+    assert publish["needs"] == "ootci"
+    assert runs_when(publish["if"], "failure", needs={"ootci": {"outputs": {"action": "run"}}})
+    for action in ("ignore", "cancel", ""):
+        assert not runs_when(publish["if"], "success", needs={"ootci": {"outputs": {"action": action}}})
+    assert not runs_when(publish["if"], "cancelled", needs={"ootci": {"outputs": {"action": "run"}}})
     assert own["concurrency"]["cancel-in-progress"] is True
     vendor = load(REPO / "examples" / "vendor-pytorch-pr.yml")
     [job] = vendor["jobs"].values()
