@@ -9,7 +9,6 @@ good end goes through autoload.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from ootci.runner import manifest as manifest_mod
 from ootci.runner.models import BisectRecord, Verdict
+from tests.support.bisect_repo import commit, git
 from tests.support.cli import ootci
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,20 +27,6 @@ FIND = '[tool.setuptools.packages.find]\ninclude = ["torch_pyd*"]\n'
 SPLIT = '[tool.setuptools]\npackages = ["torch_pyd", "torch_pyd_kernels"]\n'
 
 
-def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "Vendor", "GIT_AUTHOR_EMAIL": "vendor@example.com",
-           "GIT_COMMITTER_NAME": "Vendor", "GIT_COMMITTER_EMAIL": "vendor@example.com"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=env).stdout.strip()
-
-
-def commit(repo: Path, message: str) -> str:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
-@pytest.mark.slow
 def test_a_repository_onboarded_by_init_bisects_its_own_history_to_the_planted_commit(tmp_path, torch_layer):
     repo = tmp_path / "torch-pyd"
     shutil.copytree(PYD, repo, ignore=shutil.ignore_patterns("backend.toml", "__pycache__", "*.egg-info", "build"))

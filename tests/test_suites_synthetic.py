@@ -19,6 +19,19 @@ from ootci.runner.models import Outcome, Status
 
 FIXTURES = Path(__file__).parent / "fixtures" / "backends"
 SYNTHETIC = FIXTURES / "synthetic" / "backend.toml"
+# What the crash and hangs suites must give, however crashes are contained.
+CRASH_OUTCOMES = {
+    "check_crash.py::test_before_crash": Outcome.passed,
+    "check_crash.py::test_segfaults": Outcome.crashed,
+    "check_crash.py::test_after_crash": Outcome.passed,
+    "check_crash.py::test_fails_after_crash": Outcome.failed,
+}
+HANG_OUTCOMES = {
+    "check_hangs.py::test_before": Outcome.passed,
+    "check_hangs.py::test_hangs_in_python": Outcome.timeout,
+    "check_hangs.py::test_hangs_in_native_code": Outcome.timeout,
+    "check_hangs.py::test_after": Outcome.passed,
+}
 
 
 def ootci(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -118,12 +131,7 @@ def test_a_crash_under_xdist_is_named_and_the_rest_still_runs(torch_layer, tmp_p
     spec.workers = 2
     run = runner.run(spec)
     outcomes = {r.id: r.outcome for r in run.results}
-    assert outcomes == {
-        "check_crash.py::test_before_crash": Outcome.passed,
-        "check_crash.py::test_segfaults": Outcome.crashed,
-        "check_crash.py::test_after_crash": Outcome.passed,
-        "check_crash.py::test_fails_after_crash": Outcome.failed,
-    }
+    assert outcomes == CRASH_OUTCOMES
     crashed = next(r for r in run.results if r.outcome is Outcome.crashed)
     assert "crashed while running 'check_crash.py::test_segfaults'" in crashed.message
     assert run.status is Status.failed and run.root_cause is not None
@@ -164,12 +172,7 @@ def test_hangs_under_xdist_are_timeouts(torch_layer, tmp_path):
     spec.workers = 2
     run = runner.run(spec)
     results = {r.id: r for r in run.results}
-    assert {i: r.outcome for i, r in results.items()} == {
-        "check_hangs.py::test_before": Outcome.passed,
-        "check_hangs.py::test_hangs_in_python": Outcome.timeout,
-        "check_hangs.py::test_hangs_in_native_code": Outcome.timeout,
-        "check_hangs.py::test_after": Outcome.passed,
-    }
+    assert {i: r.outcome for i, r in results.items()} == HANG_OUTCOMES
     assert "never returned to Python; faulthandler ended worker" in \
         results["check_hangs.py::test_hangs_in_native_code"].message
 
@@ -184,12 +187,7 @@ def test_crash_isolation_by_fork_names_the_crash_and_the_hang_and_forks_on(torch
     crash.workers = 2
     run = runner.run(crash)
     results = {r.id: r for r in run.results}
-    assert {i: r.outcome for i, r in results.items()} == {
-        "check_crash.py::test_before_crash": Outcome.passed,
-        "check_crash.py::test_segfaults": Outcome.crashed,
-        "check_crash.py::test_after_crash": Outcome.passed,
-        "check_crash.py::test_fails_after_crash": Outcome.failed,
-    }
+    assert {i: r.outcome for i, r in results.items()} == CRASH_OUTCOMES
     segfault = results["check_crash.py::test_segfaults"]
     assert segfault.message.startswith("crashed: the test process was killed by SIGSEGV at check_crash.py:")
     assert "Fatal Python error: Segmentation fault" in segfault.log_tail
@@ -198,12 +196,7 @@ def test_crash_isolation_by_fork_names_the_crash_and_the_hang_and_forks_on(torch
         ["attempt-1-round-0.xml"]
     hangs = runner.run(suite_runner.vendor_suite(m.suites.vendor[1], m.directory, 1))
     results = {r.id: r for r in hangs.results}
-    assert {i: r.outcome for i, r in results.items()} == {
-        "check_hangs.py::test_before": Outcome.passed,
-        "check_hangs.py::test_hangs_in_python": Outcome.timeout,
-        "check_hangs.py::test_hangs_in_native_code": Outcome.timeout,
-        "check_hangs.py::test_after": Outcome.passed,
-    }
+    assert {i: r.outcome for i, r in results.items()} == HANG_OUTCOMES
     assert "never returned to Python; faulthandler ended the process" in \
         results["check_hangs.py::test_hangs_in_native_code"].message
 

@@ -44,11 +44,19 @@ _mul_lib.impl("mul.Tensor", _mul, "PrivateUse1")
 '''
 
 
-def _git(repo: Path, *args: str) -> str:
+def git(repo: Path, *args: str) -> str:
+    """git in repo as a vendor's author, its output stripped."""
     env = {**os.environ, "GIT_AUTHOR_NAME": "Vendor", "GIT_AUTHOR_EMAIL": "vendor@example.com",
            "GIT_COMMITTER_NAME": "Vendor", "GIT_COMMITTER_EMAIL": "vendor@example.com"}
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
                           env=env).stdout.strip()
+
+
+def commit(repo: Path, message: str) -> str:
+    """Commit everything in repo; the new commit's id."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
 
 
 def _append(path: Path, text: str) -> None:
@@ -76,9 +84,7 @@ def make(root: Path) -> tuple[Path, list[str]]:
     commits = []
     for message, edit in edits:
         edit()
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "-m", message)
-        commits.append(_git(repo, "rev-parse", "HEAD"))
+        commits.append(commit(repo, message))
     return repo, commits
 
 
