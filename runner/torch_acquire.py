@@ -22,7 +22,7 @@ from packaging.utils import parse_wheel_filename
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from . import downloads, procs, torch_index, torch_source
+from . import atomic, downloads, procs, torch_index, torch_source
 from .envs import cache_root, digest
 from .errors import IndexError_, TorchSpecError, UsageError
 from .torchspec import TorchSpec, check_torch_wheel_name
@@ -118,7 +118,8 @@ AVAILABLE = re.compile(r"^Available versions: (.+)$", re.M)
 VERSIONS_NAMED = 8  # newest versions a "no such torch" error names
 
 
-def check_version_available(plan: TorchPlan, *, python: str | os.PathLike | None = None) -> None:
+def check_version_available(plan: TorchPlan, *, python: str | os.PathLike | None = None,
+                            cache: Path | None = None) -> None:
     """A version spec that pip's package index does not have is the user's mistake: one
     line naming the versions it does have (TorchSpecError), before anything is written.
 
@@ -133,18 +134,44 @@ def check_version_available(plan: TorchPlan, *, python: str | os.PathLike | None
             "--disable-pip-version-check", "--no-input", "--timeout", "20", "--retries", "1"]
     if plan.index_url:
         argv += ["--extra-index-url", plan.index_url]
+    wanted = SpecifierSet(f"=={plan.spec.value}")
+    # A release the index had stays there: a version once found is not asked for again
+    # (a nightly matrix, a test suite, a bisection start many runs of one version).
+    seen = (cache or cache_root()) / "torch-versions" / digest(
+        argv[1:], *(os.environ.get(k, "") for k in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS")))
+    if _found_in(_read_list(seen), wanted):
+        return
     result = procs.run(argv, timeout=120)
     found = AVAILABLE.search(result.output_tail) if result.ok else None
     if found is None:
         return
     available = [v.strip() for v in found.group(1).split(",") if v.strip()]
-    wanted = SpecifierSet(f"=={plan.spec.value}")
-    if any(_is_version(v) and wanted.contains(v, prereleases=True) for v in available):
+    if _found_in(available, wanted):
+        _write_list(seen, available)
         return
     where = "pip's package index" + (f" and {plan.index_url}" if plan.index_url else "")
     named = ", ".join(available[:VERSIONS_NAMED])
     more = f", … ({len(available)} versions, the oldest {available[-1]})" if len(available) > VERSIONS_NAMED else ""
     raise TorchSpecError(f"--torch {plan.spec.raw}: {where} has no torch {plan.spec.value}; it has {named}{more}")
+
+
+def _found_in(versions: list[str], wanted: SpecifierSet) -> bool:
+    return any(_is_version(v) and wanted.contains(v, prereleases=True) for v in versions)
+
+
+def _read_list(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").split()
+    except OSError:
+        return []
+
+
+def _write_list(path: Path, versions: list[str]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(path, "\n".join(versions) + "\n")
+    except OSError:
+        pass  # only a shortcut for the next run
 
 
 def _is_version(text: str) -> bool:

@@ -208,3 +208,13 @@ def test_run_refuses_a_version_the_index_does_not_have(tmp_path):
     assert result.stderr.splitlines() == [
         "ootci: --torch 9.9.9: pip's package index has no torch 9.9.9; it has 2.14.0, 2.13.0"]
     assert not out.exists() and not (tmp_path / "cache").exists()
+    # A version the index had is remembered: the next run of it asks pip nothing, even when
+    # the index no longer lists it (here: its wheel is gone from the directory).
+    dry_run = [OOTCI, "run", "openreg", "--torch", "2.14.0", "--dry-run", "--out", str(out)]
+    assert subprocess.run(dry_run, capture_output=True, text=True, timeout=120, env=env).returncode == 0
+    assert [p.read_text().split() for p in (tmp_path / "cache" / "torch-versions").iterdir()] == [["2.14.0", "2.13.0"]]
+    (links / "torch-2.14.0-py3-none-any.whl").unlink()
+    again = subprocess.run(dry_run, capture_output=True, text=True, timeout=120, env=env)
+    assert again.returncode == 0, again.stderr
+    other = subprocess.run([*dry_run[:4], "2.15.0", *dry_run[5:]], capture_output=True, text=True, timeout=120, env=env)
+    assert other.returncode == 5 and "has no torch 2.15.0; it has 2.13.0" in other.stderr
