@@ -881,6 +881,8 @@ def test_setup_installs_ootci_into_a_venv_of_the_job_and_nothing_into_the_interp
     venv = runner_temp / "ootci-venv"
     assert github_path.read_text() == f"{venv / 'bin'}\n"
     assert (venv / "bin" / "ootci").is_file() and github_output.read_text() == "version=ootci 0\n"
+    # ootci downloads a torch release with its own interpreter's pip.
+    assert subprocess.run([venv / "bin" / "python", "-m", "pip", "--version"], capture_output=True).returncode == 0
     assert sorted(p.name for p in site.iterdir()) == before
 
 
@@ -1305,9 +1307,15 @@ def test_the_nightly_has_no_run_level_concurrency_group_and_a_custom_run_is_no_n
     assert evaluate(trigger, inputs={"torch": "", "backends": "openreg"}) == "manual"
     [fill] = [s for s in doc["jobs"]["publish"]["steps"] if "fill-missing" in s.get("run", "")]
     assert fill["env"]["TRIGGER"] == trigger and '--trigger "$TRIGGER"' in fill["run"]
-    plan = doc["jobs"]["bisect-plan"]["if"]
-    assert runs_when(plan, "success", inputs={}, needs={"publish": {"result": "success"}})
-    assert not runs_when(plan, "success", inputs={"torch": "2.13.0"}, needs={"publish": {"result": "success"}})
+    plan = doc["jobs"]["bisect-plan"]
+    whole_night = plan["env"]["WHOLE_NIGHT"]
+    assert evaluate(whole_night, inputs={}) is True and evaluate(whole_night, inputs={"torch": "", "backends": ""})
+    assert not evaluate(whole_night, inputs={"torch": "2.13.0", "backends": ""})
+    assert not evaluate(whole_night, inputs={"torch": "", "backends": "openreg"})
+    # No night plans nothing: [] before any ootci command, and every other step is gated.
+    [turned_red] = [s for s in plan["steps"] if s.get("id") == "turned-red"]
+    assert turned_red["run"].startswith('if [ "$WHOLE_NIGHT" != true ]; then echo "matrix=[]" >> "$GITHUB_OUTPUT"; exit 0; fi')
+    assert all("env.WHOLE_NIGHT == 'true'" in s["if"] for s in plan["steps"] if s is not turned_red)
 
 
 @pytest.mark.parametrize("path", [*WORKFLOWS, *EXAMPLES], ids=lambda p: str(p.relative_to(REPO)))

@@ -476,7 +476,12 @@ class _State:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if self.junit is None or report.passed:
             return
-        self.junit.write_case(report.nodeid or "(collection)", [report])
+        forced = None
+        if self.import_error:
+            # A test module importing the backend itself fails to collect, before any
+            # runtest_setup could give the reason: the import error is the message.
+            forced = ("error", f"{self.import_error} (collecting: {_short_message(report)})")
+        self.junit.write_case(report.nodeid or "(collection)", [report], forced=forced)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
