@@ -18,5 +18,9 @@ demo: setup-demo
 	$(OOTCI) dashboard build --data $(OUT)/runs --out $(OUT)/site || exit $$?; \
 	exit $$status
 
+# Most tests wait on subprocesses (pip, builds, act), so the files run on three workers even
+# on two cores, the longest first (tests/conftest.py); PYTEST_WORKERS=0 runs them in one process.
+PYTEST_WORKERS ?= 3
+
 test: setup
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)

@@ -46,7 +46,8 @@ def test_quick_start_says_what_make_test_costs_and_how_to_run_a_part():
         assert cost in text, cost
     # The way to run a part is documented, and works: the Makefile passes PYTEST_ARGS, the marker exists.
     assert "PYTEST_ARGS=\"-m 'not slow'\"" in text
-    assert re.search(r"^\t\.venv/bin/python -m pytest \$\(PYTEST_ARGS\)$", (REPO / "Makefile").read_text(), re.M)
+    assert re.search(r"^\t\.venv/bin/python -m pytest -n \$\(PYTEST_WORKERS\) .*\$\(PYTEST_ARGS\)$",
+                     (REPO / "Makefile").read_text(), re.M)
     assert '"slow: ' in (REPO / "pyproject.toml").read_text()
 
 
