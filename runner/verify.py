@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, Field
 
 from . import envs, procs, rootcause
-from .errors import EnvironmentError_
+from .errors import EnvironmentError_, UsageError
 from .manifest import Manifest
 from .models import CheckResult, RootCause, Status
 from .wheel_metadata import BuildTorch, WheelMetadata
@@ -42,6 +42,10 @@ MARKER = "@@OOTCI-PROBE"
 SWITCH = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RUNS = 5
+# Each timed pair after the first costs two interpreter starts with `import torch` (seconds
+# of CPU each): a busy CI machine, or a test suite running hundreds of pipelines, may ask
+# for fewer. The check stays informational whatever the number.
+RUNS_VARIABLE = "OOTCI_IMPORT_COST_RUNS"
 # Bytes of each probe's output kept in memory and in the log: a backend flooding
 # stdout costs the verifier nothing beyond this.
 PROBE_TAIL = 16 * 1024
@@ -215,6 +219,17 @@ class Target:
 
     def key(self, name: str, many: bool) -> str:
         return f"{name}:{self.ep_name}" if many else name
+
+
+def import_cost_runs() -> int:
+    """Timed import pairs of the import_cost check: OOTCI_IMPORT_COST_RUNS, else DEFAULT_RUNS."""
+    text = os.environ.get(RUNS_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_RUNS
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"{RUNS_VARIABLE}={text[:40]!r}: must be a whole number of at least 1 "
+                         f"(timed imports for the import cost; default {DEFAULT_RUNS})")
+    return int(text)
 
 
 def resolve_python(path: Path | str) -> Path:

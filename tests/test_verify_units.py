@@ -114,3 +114,22 @@ def test_tensor_round_trip_covers_complex_dtypes(torch_layer):
     results = json.loads(out.stdout.splitlines()[-1])
     assert results == {d: {"device_type": "cpu", "equal": True, "literal_ok": True}
                        for d in ("complex64", "complex128", "float16", "bool")}
+
+
+def test_import_cost_runs_come_from_the_environment_and_a_bad_value_is_one_line(monkeypatch, tmp_path):
+    from ootci.runner.verify import DEFAULT_RUNS, RUNS_VARIABLE, import_cost_runs
+    from tests.support.cli import ootci
+
+    monkeypatch.delenv(RUNS_VARIABLE, raising=False)
+    assert import_cost_runs() == DEFAULT_RUNS == 5
+    monkeypatch.setenv(RUNS_VARIABLE, "2")
+    assert import_cost_runs() == 2
+    # Refused before anything runs or is written, by run, bisect and verify alike.
+    for argv in (["run", "openreg", "--torch", "2.13.0", "--out", str(tmp_path / "out")],
+                 ["bisect", "openreg", "--good", "2.13.0", "--bad", "2.14.0", "--out", str(tmp_path / "b")],
+                 ["verify", "--python", sys.executable]):
+        result = ootci(*argv, env={RUNS_VARIABLE: "0"})
+        assert result.returncode == 2, (argv, result.stderr)
+        assert result.stderr.strip() == (f"ootci: {RUNS_VARIABLE}='0': must be a whole number of at least 1 "
+                                         "(timed imports for the import cost; default 5)"), result.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "b").exists()

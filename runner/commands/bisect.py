@@ -11,6 +11,7 @@ from .. import bisect, bisect_search, registry
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, OotciError, OutputError, UsageError
 from ..models import SUITES, RunRecord, Status
 from ..pipeline import Interrupted, interrupt_handlers
+from ..verify import import_cost_runs
 from .history import find_runs
 
 
@@ -56,6 +57,7 @@ def _suites(text: str) -> tuple[str, ...]:
 
 
 def options_from(args: argparse.Namespace, saved: dict | None = None) -> bisect.BisectOptions:
+    import_cost_runs()  # a bad OOTCI_IMPORT_COST_RUNS is refused before anything runs
     if saved is not None:  # --resume: the arguments the bisection started with
         args = argparse.Namespace(**{**vars(args), **saved, "name": saved["manifest"],
                                      "versions": ",".join(saved["versions"]) if saved.get("versions") else None,

@@ -14,6 +14,7 @@ from ..models import COMMIT_SHA, DELIVERY_ID
 from ..report import Reporter
 from .shards import check_group, default_group, parse_shard
 from ..stages import SUITE_STAGES, RunOptions
+from ..verify import import_cost_runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def options_from(args: argparse.Namespace) -> RunOptions:
+    import_cost_runs()  # a bad OOTCI_IMPORT_COST_RUNS is refused before anything runs
     suites = tuple(s.strip() for s in args.suites.split(",") if s.strip() and s.strip() != "none")
     unknown = [s for s in suites if s not in SUITE_STAGES]
     if unknown:

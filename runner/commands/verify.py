@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import registry
 from ..errors import EXIT_FAILED, UsageError
 from ..models import Status
-from ..verify import DEFAULT_RUNS, DEFAULT_TIMEOUT, Verification, verify
+from ..verify import DEFAULT_RUNS, DEFAULT_TIMEOUT, RUNS_VARIABLE, Verification, import_cost_runs, verify
 
 _MARKS = {Status.passed: "ok", Status.failed: "FAIL", Status.crashed: "CRASH", Status.timeout: "HANG",
           Status.skipped: "skip", Status.blocked: "-"}
@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", help="registered backend name or backend.toml path (default: every installed "
                                      "torch.backends entry point)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help=f"timed imports for the import cost (default {DEFAULT_RUNS})")
+    p.add_argument("--runs", type=int, default=None,
+                   help=f"timed imports for the import cost (default ${RUNS_VARIABLE}, else {DEFAULT_RUNS})")
     p.add_argument("--timeout", type=float, default=None,
                    help=f"seconds per probe (default {DEFAULT_TIMEOUT:g}, at most the manifest's timeouts.autoload)")
     p.add_argument("--jobs", type=int, default=2, help="probes run at once (default 2)")
@@ -30,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.runs is None:
+        args.runs = import_cost_runs()
     if args.runs < 1:
         raise UsageError(f"--runs {args.runs}: must be at least 1")
     if args.timeout is not None and args.timeout <= 0:

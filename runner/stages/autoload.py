@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..errors import EnvironmentError_
 from ..models import RootCause, StageResult, Status
-from ..verify import DEFAULT_RUNS, DEFAULT_TIMEOUT, verify
+from ..verify import DEFAULT_TIMEOUT, import_cost_runs, verify
 from .base import RunContext
 
 NAME = "autoload"
@@ -27,7 +27,7 @@ def run(ctx: RunContext) -> StageResult:
     timeout = min(DEFAULT_TIMEOUT, ctx.manifest.timeouts.autoload)
     try:
         under_test = ctx.torch_under_test
-        result = verify(ctx.python, ctx.manifest, timeout=timeout, runs=DEFAULT_RUNS,
+        result = verify(ctx.python, ctx.manifest, timeout=timeout, runs=import_cost_runs(),
                         jobs=max(1, min(ctx.options.jobs or 2, 4)), log=ctx.log_path(NAME),
                         build_torch=ctx.build_torch,
                         torch_under_test=(under_test.version, under_test.git_version) if under_test else None)

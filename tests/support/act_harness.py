@@ -114,6 +114,7 @@ def prepare(repo: Path, root: Path) -> tuple[Path, dict[str, str]]:
     env = {
         "PATH": f"{python_home / 'bin'}{os.pathsep}{os.environ['PATH']}",
         "OOTCI_CACHE": os.environ.get("OOTCI_CACHE", str(repo / ".cache" / "ootci")),
+        **{k: os.environ[k] for k in ("OOTCI_IMPORT_COST_RUNS",) if k in os.environ},
     }
     return workdir, env
 
