@@ -1,7 +1,8 @@
 # Two entry points, the same on a laptop and in CI:
 #   make demo  - set up, run the whole pipeline on the bundled OpenReg backend, build the dashboard
 #   make test  - set up, run the test suite
-.PHONY: setup setup-demo demo test
+#   make test-fast - the tests that build nothing and run no workflow (a few minutes), for the loop
+.PHONY: setup setup-demo demo test test-fast
 OOTCI := .venv/bin/ootci
 TORCH ?= 2.13.0
 OUT ?= out
@@ -24,3 +25,7 @@ PYTEST_WORKERS ?= 3
 
 test: setup
 	.venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+
+# Everything not marked slow: no backend build, no act run, no CUDA release (about 3 minutes).
+test-fast: setup
+	.venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)

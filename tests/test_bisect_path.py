@@ -27,6 +27,7 @@ FIND = '[tool.setuptools.packages.find]\ninclude = ["torch_pyd*"]\n'
 SPLIT = '[tool.setuptools]\npackages = ["torch_pyd", "torch_pyd_kernels"]\n'
 
 
+@pytest.mark.slow  # builds the onboarded backend at several commits
 def test_a_repository_onboarded_by_init_bisects_its_own_history_to_the_planted_commit(tmp_path, torch_layer):
     repo = tmp_path / "torch-pyd"
     shutil.copytree(PYD, repo, ignore=shutil.ignore_patterns("backend.toml", "__pycache__", "*.egg-info", "build"))

@@ -26,6 +26,7 @@ BACKEND = REPO / "backends" / "openreg"
 TARGET_TESTS = BACKEND / "tests"
 
 TARGET_IDS = target_pytest.discover(TARGET_TESTS)
+pytestmark = pytest.mark.slow  # builds OpenReg into a venv of its own and runs its tests there
 
 
 @pytest.fixture(scope="session")

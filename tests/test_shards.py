@@ -24,6 +24,7 @@ from ootci.runner.stages.base import RunContext, RunOptions
 from ootci.runner.suite_runner import SUITES_DIR, run_stage
 from tests.support.cli import ootci
 from tests.support.records import records_under
+from tests.support.shared_runs import OPENREG_ON_2_13, openreg_on_2_13
 
 STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
 
@@ -379,20 +380,22 @@ def same(outcome: Outcome) -> str:
 
 
 @pytest.mark.slow
-def test_openreg_integration_in_three_shards_merged_equals_the_unsharded_run(torch_layer, tmp_path):
-    base = ["run", "openreg", "--torch", "2.13.0", "--suites", "integration"]
-    whole = ootci(*base, "--out", str(tmp_path / "whole"), timeout=1800)
+def test_openreg_suites_in_three_shards_merged_equal_the_unsharded_run(torch_layer, tmp_path_factory, tmp_path):
+    # The unsharded run is the session's OpenReg run on 2.13.0, which the release matrix
+    # (tests/test_torch_releases.py) also checks: the same command, made once.
+    whole = openreg_on_2_13(tmp_path_factory)
     assert whole.returncode in (0, 1), whole.stderr
-    [unsharded] = records_under(tmp_path / "whole")
-    assert unsharded.stage("integration").status not in (Status.blocked, Status.skipped), unsharded.first_problem()
+    [unsharded] = records_under(whole.out)
+    for suite in ("smoke", "integration"):
+        assert unsharded.stage(suite).status not in (Status.blocked, Status.skipped), unsharded.first_problem()
     for k in (1, 2, 3):
-        done = ootci(*base, "--shard", f"{k}/3", "--shard-group", "test-group", "--out", str(tmp_path / "shards"),
-                     timeout=1800)
+        done = ootci(*OPENREG_ON_2_13, "--shard", f"{k}/3", "--shard-group", "test-group",
+                     "--out", str(tmp_path / "shards"), timeout=1800)
         assert done.returncode in (0, 1), done.stderr
     parts = records_under(tmp_path / "shards")
     assert sorted(p.shard for p in parts) == ["1/3", "2/3", "3/3"]
     assert {p.shard_group for p in parts} == {"test-group"}
-    assert all(p.command.endswith(f"--suites integration --shard {p.shard}") for p in parts)
+    assert all(p.command == f"{unsharded.command} --shard {p.shard}" for p in parts), [p.command for p in parts]
     for part in parts:  # every shard builds, installs and checks autoload on its own machine
         assert [s.name for s in part.stages if s.status is Status.passed][:4] == ["torch", "build", "install",
                                                                                     "autoload"]

@@ -26,6 +26,7 @@ from ootci.runner.verify import ABI_HINT
 from tests.support import real_wheels
 from tests.support.cli import ootci
 from tests.support.records import only_record
+from tests.support.shared_runs import shared_run
 
 REPO = Path(__file__).resolve().parents[1]
 OPENREG = REPO / "backends" / "openreg"
@@ -65,16 +66,16 @@ def need_room_for(*versions: str) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, RunRecord]:
-    """`ootci run openreg --torch V`, smoke and integration, once per release (lazily)."""
+    """`ootci run openreg --torch V`, smoke and integration, once per release (lazily; 2.13.0 is the
+    session's shared run, which tests/test_shards.py compares its shards with)."""
     cache: dict[str, RunRecord] = {}
 
     def get(version: str) -> RunRecord:
         if version not in cache:
             need_room_for(version)
-            out = tmp_path_factory.mktemp(f"openreg-{version}")
-            result = ootci("run", "openreg", "--torch", version, "--out", str(out), timeout=3000)
-            record = only_record(out)
-            assert result.returncode == 0, f"{version}: {result.stdout[-3000:]}\n{result.stderr[-2000:]}"
+            run = shared_run(tmp_path_factory, "run", "openreg", "--torch", version)
+            record = only_record(run.out)
+            assert run.returncode == 0, f"{version}: {run.stdout[-3000:]}\n{run.stderr[-2000:]}"
             cache[version] = record
         return cache[version]
 

@@ -17,7 +17,7 @@ import pytest
 from ootci.runner.models import Status
 from tests.support import real_wheels
 from tests.support.act_cases import (
-    act_marks, BACKEND, TORCH, REPO, needs_openreg, act_setup, act_dir, records_under,
+    act_marks, ACT_OPS, BACKEND, TORCH, REPO, needs_openreg, act_setup, act_dir, records_under,
     assert_no_gated_action_ran, data_branch_files, merge_artifact
 )
 from tests.support.act_harness import as_called_from_elsewhere, data_remote, run_act
@@ -88,7 +88,7 @@ def test_a_vendor_repository_runs_a_gated_pr_through_pr_yml_and_reports_exactly_
     ootci_act_dir = act_dir(tmp_path, "out")
 
     result = run_act(vendor, "repository_dispatch", ".github/workflows/ootci-pytorch-pr.yml",
-                     env={**env, **token_env, "OOTCI_ACT_DIR": str(ootci_act_dir)}, inputs={},
+                     env={**env, **token_env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_OPS": ACT_OPS}, inputs={},
                      log=tmp_path / "act.log", stubs=tmp_path / "stubs", ootci=ootci_copy,
                      event_payload=RELAY_FIXTURES / "synchronize-gated.json",
                      variables={"OOTCI_PR_TORCH": TORCH,
@@ -169,7 +169,8 @@ def test_a_vendor_repository_calls_backend_yml_at_a_sha_as_the_readme_shows(act_
 
     # The vendor's nightly: its cron fires (act's schedule event), so the run is a nightly.
     result = run_act(vendor, "schedule", ".github/workflows/ootci.yml",
-                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_TORCH_INDEX": index},
+                     env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_TORCH_INDEX": index,
+                          "OOTCI_OPS": ACT_OPS},
                      inputs={}, log=tmp_path / "act.log", stubs=tmp_path / "stubs", ootci=ootci_copy,
                      labels=("ubuntu-latest", "self-hosted", "my-accelerator"))
 
@@ -182,6 +183,8 @@ def test_a_vendor_repository_calls_backend_yml_at_a_sha_as_the_readme_shows(act_
     assert record.torch.spec == "nightly" and record.torch.version == real_wheels.NIGHTLY
     stages = {s.name: s.status for s in record.stages}
     assert all(stages[s] is Status.passed for s in ("build", "install", "autoload", "smoke", "integration")), stages
+    compared = [t for t in record.tests if t.suite == "integration"]  # $OOTCI_OPS reached the job's ootci
+    assert 0 < len(compared) < 1000, len(compared)
     autoload = record.stage("autoload")
     assert {c.name: c.status for c in autoload.checks}["import_cost"] is Status.passed
     # The vendor's own tests ran against the installed wheel, from the vendor's checkout.
