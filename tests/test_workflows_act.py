@@ -23,6 +23,7 @@ from tests.support.act_cases import (
 )
 from tests.support.act_harness import data_remote, run_act
 from tests.support.cli import ootci
+from tests.support.shared_runs import openreg_on_2_13
 from tests.support.fake_github import run_artifact
 
 pytestmark = act_marks
@@ -61,6 +62,7 @@ def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path)
 
 @needs_openreg
 def test_backend_workflow_with_three_shards_publishes_one_merged_record_with_the_unsharded_tests(act_setup,
+                                                                                               tmp_path_factory,
                                                                                                tmp_path):
     workdir, root, env = act_setup
     ootci_act_dir = act_dir(root, "sharded")
@@ -78,12 +80,13 @@ def test_backend_workflow_with_three_shards_publishes_one_merged_record_with_the
     assert group.startswith("gh-") and group != f"gh-{group.split('-')[1]}"
     [merged] = records_under(ootci_act_dir / "artifacts" / f"ootci-run-{BACKEND}-1")
     assert merged.shard is None and merged.status is Status.passed
-    # The same tests with the same outcomes as one unsharded run of the suite.
-    whole = tmp_path / "whole"
-    assert ootci("run", BACKEND, "--torch", TORCH, "--suites", "smoke", "--out", str(whole),
-                 timeout=900).returncode == 0
-    [unsharded] = records_under(whole)
-    assert {t.id: t.outcome for t in merged.tests} == {t.id: t.outcome for t in unsharded.tests}
+    # The same tests with the same outcomes as one unsharded run of the suite: the session's
+    # OpenReg run on 2.13.0 (tests/support/shared_runs.py), whose smoke suite is this one.
+    whole = openreg_on_2_13(tmp_path_factory)
+    assert whole.returncode == 0, whole.stdout[-3000:]
+    [unsharded] = records_under(whole.out)
+    smoke = [t for t in unsharded.tests if t.suite == "smoke"]
+    assert {t.id: t.outcome for t in merged.tests} == {t.id: t.outcome for t in smoke}
     assert sorted(len(records[0].tests) for records in shards) != [0, 0, len(merged.tests)]  # really split
 
 
