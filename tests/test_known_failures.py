@@ -4,8 +4,6 @@ updated from a run, named in the manifest; every mistake in it is one line namin
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from ootci.runner import classify, known_failures, manifest, record_files
 from ootci.runner.errors import ManifestError
 from ootci.runner.models import Outcome, RunRecord, TorchInfo
 from ootci.runner.models import TestResult as Result
+from tests.support.cli import ootci
 
 MANIFEST = """\
 name = "partly"
@@ -28,11 +27,6 @@ capabilities = ["autograd"]
 [source]
 path = ".."
 """
-
-
-def ootci(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ootci.runner", *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd)
 
 
 def result(test_id: str, outcome: Outcome, suite: str = "integration", message: str = "") -> Result:

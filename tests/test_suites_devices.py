@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from filelock import FileLock
 
 from ootci.runner import envs, procs, record_files
 from ootci.runner.models import Outcome, Status
+from tests.support.cli import ootci
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_PARTIAL = REPO / "tests" / "fixtures" / "backends" / "cpu-partial" / "backend.toml"
@@ -33,11 +33,8 @@ def pytest_sessionfinish(session):
 
 
 def ootci_test(python: Path, backend: str | Path, suite: str, out: Path, *extra: str, env: dict | None = None):
-    done = subprocess.run(
-        [sys.executable, "-m", "ootci.runner", "test", "--python", str(python), "--backend", str(backend),
-         "--suite", suite, "--out", str(out), *extra],
-        capture_output=True, text=True, timeout=900, cwd=REPO, env=dict(os.environ, **(env or {})),
-    )
+    done = ootci("test", "--python", str(python), "--backend", str(backend), "--suite", suite, "--out", str(out),
+                 *extra, timeout=900, cwd=REPO, env=env)
     record = record_files.read(out / "record.json")
     return done, record
 
@@ -179,12 +176,8 @@ def test_ootci_test_default_out_is_resolved_once_against_the_working_directory(t
     JUnit file and the record together, and nothing under the suite's own directory."""
     suite_dir = REPO / "runner" / "suites" / "smoke"
     before = sorted(p for p in suite_dir.rglob("*") if "__pycache__" not in p.parts)
-    done = subprocess.run(
-        [sys.executable, "-m", "ootci.runner", "test", "--python", str(torch_layer.python), "--backend", str(CPU_PARTIAL),
-         "--suite", "smoke"],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )
+    done = ootci("test", "--python", str(torch_layer.python), "--backend", str(CPU_PARTIAL), "--suite", "smoke",
+                 timeout=900, cwd=tmp_path, env={"PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stdout + done.stderr
     out = tmp_path / "out" / "test"
     record = record_files.read(out / "record.json")

@@ -7,8 +7,6 @@ that environment.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from ootci.runner import record_files
 from ootci.runner.models import Status
 from ootci.runner.verify import verify
 from support.fixture_backends import backend_env_factory, build_wheels, manifest_path
+from support.cli import ootci
 
 pytestmark = pytest.mark.slow
 
@@ -300,9 +299,8 @@ def test_backend_not_installed_in_the_environment(backend_env):
 
 
 def _ootci_test(python: Path, manifest: Path, suite: str, out: Path):
-    done = subprocess.run([sys.executable, "-m", "ootci.runner", "test", "--python", str(python), "--backend",
-                           str(manifest), "--suite", suite, "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=manifest.parent)
+    done = ootci("test", "--python", str(python), "--backend", str(manifest), "--suite", suite, "--out", str(out),
+                 timeout=600, cwd=manifest.parent)
     return done, record_files.read(out / "record.json")
 
 
