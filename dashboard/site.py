@@ -13,7 +13,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..runner import history_store, models
+from ..runner import history_store, models, procs
 
 from . import analysis, records, render
 from .records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
@@ -239,9 +238,7 @@ class _Build:
         if self.background_cleanup:
             # The new site is live; deleting the old copy is only I/O, so a detached process
             # does it and the build returns now.
-            subprocess.Popen([sys.executable, "-c", "import shutil, sys; shutil.rmtree(sys.argv[1], True)", str(old)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+            procs.start_detached([sys.executable, "-c", "import shutil, sys; shutil.rmtree(sys.argv[1], True)", old])
         else:
             shutil.rmtree(old, ignore_errors=True)
 

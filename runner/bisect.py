@@ -16,7 +16,6 @@ import datetime as dt
 import re
 import secrets
 import shlex
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,8 @@ from pydantic import ValidationError
 
 from . import atomic, bisect_candidates, bisect_search, record_files, sources, torch_index, torchspec
 from .envs import cache_root, digest
-from .errors import OotciError, TorchSpecError, UsageError
+from .errors import BisectError, GitError, TorchSpecError, UsageError
+from .git import git
 from .manifest import Manifest
 from .models import (SUITES, BisectCandidate, BisectRecord, BisectResult, BisectRound, BisectStep, Predicate,
                      RunRecord, Status, Verdict)
@@ -44,12 +44,6 @@ PYTORCH_COMPARE = "https://github.com/pytorch/pytorch/compare/{good}...{bad}"
 PYTORCH_PULL = "https://github.com/pytorch/pytorch/pull/{pr}"
 _GITHUB_REPO = re.compile(r"^(?:https://github\.com/|git@github\.com:)([\w.-]+/[\w.-]+?)(?:\.git)?/?$")
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
-
-
-class BisectError(OotciError):
-    """The two ends cannot be bisected (the bad end did not fail, the good end fails the same way)."""
-
-    exit_code = 12
 
 
 @dataclass
@@ -218,7 +212,7 @@ def judge(record: RunRecord, predicate: Predicate) -> tuple[Verdict, str, str | 
 
 class Bisection:
     def __init__(self, options: BisectOptions, state: BisectRecord, directory: Path):
-        self.o = options
+        self.options = options
         self.state = state
         self.dir = directory
         self.reporter = options.reporter or Reporter(summary_path="")
@@ -237,28 +231,29 @@ class Bisection:
     # -- running one candidate
 
     def run(self, manifest: Manifest, torch: str, index_url: str | None, predicate: Predicate | None) -> RunRecord:
-        options = RunOptions(torch=torch, out=(self.dir / STEPS_DIR).absolute(), index_url=index_url,
-                             torch_repo=self.o.torch_repo, cache=self.o.cache, jobs=self.o.jobs)
+        step = RunOptions(torch=torch, out=(self.dir / STEPS_DIR).absolute(), index_url=index_url,
+                          torch_repo=self.options.torch_repo, cache=self.options.cache, jobs=self.options.jobs)
         if predicate is None:  # an end: the whole run, as asked
-            options.suites = self.o.suites
+            step.suites = self.options.suites
         else:
-            options.suites = (predicate.stage,) if predicate.stage in SUITES else ()
-            options.only_tests = (predicate.tests or None) if predicate.stage in SUITES else None
-            options.last_stage = predicate.stage
-        return run_backend(manifest, options, self.reporter)
+            step.suites = (predicate.stage,) if predicate.stage in SUITES else ()
+            step.only_tests = (predicate.tests or None) if predicate.stage in SUITES else None
+            step.last_stage = predicate.stage
+        return run_backend(manifest, step, self.reporter)
 
     def manifest_at(self, commit: str | None) -> Manifest:
         """The manifest with its source at `commit` (None: as it is): a git source's ref, or a path
         source's directory as that commit of its work tree has it (exported into the cache)."""
-        m = self.o.manifest
+        m = self.options.manifest
         if commit is None:
             return m
         if m.source.kind == "git":
             source = m.source.model_copy(update={"ref": commit})
         else:
             repo, subdir = self.history()
-            tree = sources.export(repo, bisect_candidates.resolve_commit(repo, commit), self.o.cache or cache_root(),
-                                  log=self.dir / "git.log", timeout=m.timeouts.build)
+            tree = sources.export(repo, bisect_candidates.resolve_commit(repo, commit),
+                                  self.options.cache or cache_root(), log=self.dir / "git.log",
+                                  timeout=m.timeouts.build)
             source = m.source.model_copy(update={"path": str(tree / subdir if subdir else tree)})
         copy = m.model_copy(update={"source": source})
         copy.path = m.path
@@ -269,9 +264,9 @@ class Bisection:
         cache's clone of source.git, or the git work tree a source.path is in (`ootci init`
         writes path = ".."), read in place."""
         if self._history is None:
-            m = self.o.manifest
+            m = self.options.manifest
             if m.source.kind == "git":
-                self._history = (sources.clone(m, self.o.cache or cache_root(), log=self.dir / "git.log",
+                self._history = (sources.clone(m, self.options.cache or cache_root(), log=self.dir / "git.log",
                                                timeout=m.timeouts.build), m.source.subdir)
             elif m.source.kind == "path" and (found := sources.work_tree(m.source_dir())) is not None:
                 self._history = found
@@ -302,22 +297,22 @@ class Bisection:
         return records[0], records[1]
 
     def end_setup(self, given: str) -> tuple[Manifest, str, str | None]:
-        axis = self.o.axis or "torch"
+        axis = self.options.axis or "torch"
         if axis == "backend":
             return (self.manifest_at(given), *self.fixed_torch())
-        return self.o.manifest, given, self.o.index_url
+        return self.options.manifest, given, self.options.index_url
 
     def fixed_torch(self) -> tuple[str, str | None]:
         """The torch a backend axis holds: --torch, else the bad run's, else the manifest's."""
-        if self.o.torch:
-            return self.o.torch, self.o.index_url
+        if self.options.torch:
+            return self.options.torch, self.options.index_url
         if self.bad.record is not None:
             return torch_spec_of(self.bad.record)
-        return self.o.manifest.ci.torch, self.o.index_url
+        return self.options.manifest.ci.torch, self.options.index_url
 
     def choose_axes(self, good: RunRecord, bad: RunRecord) -> str:
-        if self.o.axis:
-            return self.o.axis
+        if self.options.axis:
+            return self.options.axis
         torch_changed = _torch_identity(good) != _torch_identity(bad)
         backend_changed = _backend_identity(good) != _backend_identity(bad)
         if torch_changed and backend_changed:
@@ -334,15 +329,15 @@ class Bisection:
     def torch_round(self, good: RunRecord, bad: RunRecord, backend_commit_: str | None,
                     check_bad_end: bool = False) -> BisectRound:
         (good_spec, good_index), (bad_spec, bad_index) = torch_spec_of(good), torch_spec_of(bad)
-        index = self.o.index_url or bad_index or good_index
+        index = self.options.index_url or bad_index or good_index
         ends = [BisectCandidate(label=_torch_label(good_spec, good), spec=good_spec, commit=good.torch.git_version),
                 BisectCandidate(label=_torch_label(bad_spec, bad), spec=bad_spec, commit=bad.torch.git_version)]
         fixed = f"backend at {backend_commit_}" if backend_commit_ else "backend as in the manifest"
         notes: list[str] = []
         if good_spec.startswith("git:") and bad_spec.startswith("git:"):
             return self.commit_round(ends[0], ends[1], fixed, backend_commit_)
-        if self.o.versions:
-            inner = bisect_candidates.explicit(self.o.versions, good_spec, bad_spec)
+        if self.options.versions:
+            inner = bisect_candidates.explicit(self.options.versions, good_spec, bad_spec)
         else:
             g, b = bisect_candidates.version_of(good_spec), bisect_candidates.version_of(bad_spec)
             if g is None or b is None:
@@ -375,20 +370,21 @@ class Bisection:
 
     def torch_history(self) -> Path:
         """A local git repository of PyTorch: --torch-repo when it is a directory, else a blobless mirror."""
-        if self.o.torch_repo and Path(self.o.torch_repo).is_dir():
-            return Path(self.o.torch_repo)
-        url = torch_repo(self.o.torch_repo)
-        mirror = (self.o.cache or cache_root()) / "git" / f"history-{digest(url, length=10)}.git"
-        argv = (["git", "-C", str(mirror), "fetch", "--quiet", "origin", "+refs/heads/*:refs/heads/*"]
-                if mirror.is_dir() else ["git", "clone", "--quiet", "--bare", "--filter=blob:none", url, str(mirror)])
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-        if result.returncode != 0:
-            raise UsageError(f"cannot read PyTorch's history from {url}: "
-                             f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}")
+        if self.options.torch_repo and Path(self.options.torch_repo).is_dir():
+            return Path(self.options.torch_repo)
+        url = torch_repo(self.options.torch_repo)
+        mirror = (self.options.cache or cache_root()) / "git" / f"history-{digest(url, length=10)}.git"
+        try:
+            if mirror.is_dir():
+                git(mirror, "fetch", "--quiet", "origin", "+refs/heads/*:refs/heads/*", timeout=3600)
+            else:
+                git(None, "clone", "--quiet", "--bare", "--filter=blob:none", url, mirror, timeout=3600)
+        except GitError as exc:
+            raise UsageError(f"cannot read PyTorch's history from {url}: {exc.detail}") from None
         return mirror
 
     def backend_round(self, good_ref: str, bad_ref: str, torch: tuple[str, str | None]) -> BisectRound:
-        m = self.o.manifest
+        m = self.options.manifest
         repo, subdir = self.history()
         for ref in (good_ref, bad_ref) if m.source.kind == "path" else ():
             if not ref or RUN_ID.match(ref) or ref.endswith(record_files.RECORD_NAME):
@@ -417,12 +413,12 @@ class Bisection:
                     self.save()
                     return
                 probe = ended_or_probe
-            if self.state.steps_taken() >= self.o.max_steps:
+            if self.state.steps_taken() >= self.options.max_steps:
                 last_good, first_bad = bisect_search.bounds(size, {s.candidate: s.verdict for s in round_.steps
                                                                    if not s.rerun and s.candidate != size - 1})
                 round_.result = BisectResult(
                     kind="budget", last_good=last_good, first_bad=first_bad,
-                    summary=f"the step budget ({self.o.max_steps}) is spent: the first bad one is after "
+                    summary=f"the step budget ({self.options.max_steps}) is spent: the first bad one is after "
                             f"{round_.candidates[last_good].label}, up to {round_.candidates[first_bad].label}")
                 self.save()
                 return
@@ -462,11 +458,11 @@ class Bisection:
             summary = (f"the failure is flaky at {flaky.label} (judged {' then '.join(verdicts)}): "
                        "no culprit is named")
         elif ended.kind == "range":
-            summary = (f"{self.o.manifest.name} broke after {good.label}, at one of "
+            summary = (f"{self.options.manifest.name} broke after {good.label}, at one of "
                        f"{', '.join(c[i].label for i in ended.skipped)} or {bad.label} "
                        f"(the ones before {bad.label} could not be judged)")
         else:
-            summary = f"{self.o.manifest.name} broke at {bad.label}" + (f" (PR #{bad.pr})" if bad.pr else "")
+            summary = f"{self.options.manifest.name} broke at {bad.label}" + (f" (PR #{bad.pr})" if bad.pr else "")
             summary += f", last good {good.label}"
             if bad.subject:
                 summary += f": {bad.subject}"
@@ -479,7 +475,7 @@ class Bisection:
         if axis.startswith("torch"):
             commit_url, compare_url = PYTORCH_COMMIT, PYTORCH_COMPARE
         else:
-            m = _GITHUB_REPO.match(self.o.manifest.source.git or "")
+            m = _GITHUB_REPO.match(self.options.manifest.source.git or "")
             if m:
                 commit_url = f"https://github.com/{m.group(1)}/commit/{{sha}}"
                 compare_url = f"https://github.com/{m.group(1)}/compare/{{good}}...{{bad}}"
@@ -495,7 +491,7 @@ class Bisection:
 
     # -- the whole
 
-    def go(self) -> BisectRecord:
+    def search(self) -> BisectRecord:
         good, bad = self.end_runs()
         if self.state.predicate is None:
             self.state.predicate = derive_predicate(good, bad)
@@ -519,7 +515,7 @@ class Bisection:
 
     def first_round(self, axis: str, good: RunRecord, bad: RunRecord) -> BisectRound:
         if axis == "backend":
-            return self.backend_round(backend_commit(good) or self.o.good, backend_commit(bad) or self.o.bad,
+            return self.backend_round(backend_commit(good) or self.options.good, backend_commit(bad) or self.options.bad,
                                       self.fixed_torch())
         return self.torch_round(good, bad, backend_commit(good), check_bad_end=(axis == "both"))
 
@@ -529,7 +525,7 @@ class Bisection:
             return None
         if done.axis == "torch" and result.kind == "cleared":
             return self.backend_round(backend_commit(good) or "", backend_commit(bad) or "", torch_spec_of(bad))
-        if done.axis == "torch" and result.kind == "found" and self.o.commits:
+        if done.axis == "torch" and result.kind == "found" and self.options.commits:
             last_good, first_bad = done.candidates[result.last_good], done.candidates[result.first_bad]
             if last_good.commit and first_bad.commit and last_good.commit != first_bad.commit:
                 return self.commit_round(last_good, first_bad, done.fixed, done.backend_commit)
@@ -541,7 +537,8 @@ class Bisection:
             return lambda c: self.run(self.manifest_at(c.commit or c.spec), torch, round_.index_url,
                                       self.state.predicate)
         commit = round_.backend_commit
-        manifest = self.manifest_at(commit) if commit and self.o.manifest.source.kind == "git" else self.o.manifest
+        at_commit = commit and self.options.manifest.source.kind == "git"
+        manifest = self.manifest_at(commit) if at_commit else self.options.manifest
         return lambda c: self.run(manifest, c.spec, round_.index_url, self.state.predicate)
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .errors import UsageError
+from .errors import GitError, UsageError
+from .git import git
 from .models import BisectCandidate
 from .torch_index import IndexFile, Target, _python_allowed, _wheel_tags
 
@@ -25,7 +25,6 @@ _DEV_DATE = re.compile(r"^(\d{4})(\d{2})(\d{2})$")
 # PyTorch's merge bot ends every landed commit's message with this line.
 _PR_RESOLVED = re.compile(r"^Pull Request resolved: https://github\.com/pytorch/pytorch/pull/(\d+)\s*$", re.M)
 _PR_IN_SUBJECT = re.compile(r"\(#(\d+)\)\s*$")
-GIT_TIMEOUT_S = 600
 
 
 @dataclass
@@ -137,26 +136,16 @@ def version_of(spec: str) -> Version | None:
 
 # -- git history ----------------------------------------------------------------------
 
-def _git(repo: Path, *args: str) -> str:
-    """A read-only git query; its failure is one line naming the repository."""
-    try:
-        # safe.directory: a vendor's checkout in a container job belongs to the runner's user, not root.
-        result = subprocess.run(["git", "-c", f"safe.directory={repo}", "-C", str(repo), *args], capture_output=True,
-                                text=True, timeout=GIT_TIMEOUT_S)
-    except FileNotFoundError:
-        raise UsageError("git is not installed") from None
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"git {args[0]} in {repo} took longer than {GIT_TIMEOUT_S} s") from None
-    if result.returncode != 0:
-        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"git {args[0]} in {repo}: {tail}")
-    return result.stdout
+def _query(repo: Path, *args: str) -> str:
+    """A read-only git query in a user's repository; its failure is a GitError naming the repository."""
+    # safe.directory: a vendor's checkout in a container job belongs to the runner's user, not root.
+    return git(repo, *args, config=[f"safe.directory={repo}"])
 
 
 def resolve_commit(repo: Path, ref: str) -> str:
     try:
-        return _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
-    except UsageError:
+        return _query(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
+    except GitError:
         raise UsageError(f"no commit {ref!r} in {repo}") from None
 
 
@@ -178,14 +167,14 @@ def commits_between(repo: Path, good: str, bad: str, *, label: str, subdir: str 
     `subdir` keeps only commits that touch it (a backend in a monorepo).
     """
     good_sha, bad_sha = resolve_commit(repo, good), resolve_commit(repo, bad)
-    merge_base = _git(repo, "merge-base", good_sha, bad_sha).strip()
+    merge_base = _query(repo, "merge-base", good_sha, bad_sha).strip()
     if merge_base != good_sha:
         raise UsageError(f"{good} is not an ancestor of {bad} in {repo}: nothing to bisect between them")
     args = ["log", "--first-parent", "--reverse", "--format=%H%x00%B%x1e", f"{good_sha}..{bad_sha}"]
     if subdir:
         args += ["--", subdir]
     out = []
-    for entry in _git(repo, *args).split("\x1e"):
+    for entry in _query(repo, *args).split("\x1e"):
         sha, _, message = entry.strip("\n").partition("\x00")
         if not sha:
             continue

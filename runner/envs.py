@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from . import procs
-from .errors import EnvironmentError_
+from .errors import TargetEnvironmentError
 
 # What every torch layer carries besides torch: the suites need pytest, op_db needs
 # expecttest and numpy, the builds need setuptools/wheel/ninja.
@@ -68,7 +67,7 @@ class Env:
     def site_packages(self) -> Path:
         found = sorted((self.root / "lib").glob("python3*/site-packages"))
         if not found:
-            raise EnvironmentError_(f"{self.root}: not a virtual environment (no site-packages)")
+            raise TargetEnvironmentError(f"{self.root}: not a virtual environment (no site-packages)")
         return found[0]
 
     @property
@@ -83,11 +82,9 @@ def python_tag(python: str | Path | None = None) -> str:
     """'3.11' for the interpreter that builds the venvs."""
     if python is None:
         return f"{sys.version_info.major}.{sys.version_info.minor}"
-    out = subprocess.run(
-        [os.fspath(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True, text=True, timeout=60,
-    )
-    return out.stdout.strip()
+    out = procs.run([os.fspath(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], timeout=60,
+                    separate_stderr=True)
+    return out.output_tail.strip()
 
 
 def pip_argv(env: Env, *args: str) -> list[str]:
@@ -103,7 +100,8 @@ def create_venv(root: Path, *, base_python: str | None = None, log: Path | None 
     argv = [base_python or sys.executable, "-m", "venv", root] + ([] if with_pip else ["--without-pip"])
     result = procs.run(argv, timeout=timeout, log=log)
     if not result.ok:
-        raise EnvironmentError_(f"could not create a virtual environment at {root}: {result.output_tail.strip()[-300:]}")
+        raise TargetEnvironmentError(f"could not create a virtual environment at {root}: "
+                                     f"{result.output_tail.strip()[-300:]}")
     return Env(root)
 
 
@@ -148,7 +146,7 @@ def _build_layer(env: Env, install_args: list[str], packages: list[str], *, log:
     create_venv(env.root, log=log)
     result = procs.run(pip_argv(env, "install", *install_args, *packages), timeout=timeout, log=log)
     if not result.ok:
-        raise EnvironmentError_(_pip_failure("install torch", result))
+        raise TargetEnvironmentError(_pip_failure("install torch", result))
     _finish(env, {"install_args": install_args, "packages": packages})
 
 
@@ -225,4 +223,4 @@ def torch_info(python: Path | str, *, timeout: float = 120) -> dict:
     from .rootcause import from_proc
 
     cause = from_proc(result, what="import torch")
-    raise EnvironmentError_(f"{python}: cannot import torch: {cause.summary if cause else 'no output'}")
+    raise TargetEnvironmentError(f"{python}: cannot import torch: {cause.summary if cause else 'no output'}")

@@ -13,9 +13,9 @@ a backend whose runners are offline can keep its job queued for a day. Three end
   the Authorization header when a redirect leaves the host (tests/test_collect.py proves it).
 
 Lists are paginated (the `Link` header's `next`). Connection errors, timeouts, 429, 5xx
-and a 403 that says when to come back (a secondary rate limit) are retried with the
-relay's backoff policy (relay.Retry: doubling, capped, `Retry-After` honoured); any other
-answer is one GitHubError line saying what was refused and why.
+and a 403 that says when to come back (a secondary rate limit) are retried with ootci's
+one policy (runner.http: doubling, capped, `Retry-After` honoured); any other answer is one
+GitHubError line saying what was refused and why.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from urllib.parse import quote, urlsplit
 import requests
 
 from .errors import GitHubError, UsageError
-from .relay import Retry
+from .http import GaveUp, Retry, TryAgain, excerpt, retryable, retrying
 
 API_URL_ENV = "GITHUB_API_URL"
 DEFAULT_API_URL = "https://api.github.com"
@@ -72,15 +72,6 @@ class Artifact:
 
 class RefusedArchive(Exception):
     """An artifact's zip that is not unpacked: it is no zip, or a member would land outside its directory."""
-
-
-class _TryAgain(Exception):
-    """An answer worth another try (429, 5xx, a rate limit with a time to come back)."""
-
-    def __init__(self, reason: str, retry_after: str | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
 
 
 _HINTS = {
@@ -172,7 +163,7 @@ class GitHub:
             fd, part = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
             try:
                 with os.fdopen(fd, "wb") as out, self.http.get(artifact.download_url, stream=True,
-                                                               timeout=self._timeout()) as response:
+                                                               timeout=self.retry.timeouts) as response:
                     self._check(response, what)
                     for block in response.iter_content(CHUNK):
                         out.write(block)
@@ -184,9 +175,6 @@ class GitHub:
         return self._retrying(what, once)
 
     # -- HTTP ---------------------------------------------------------------------------
-
-    def _timeout(self) -> tuple[float, float]:
-        return min(10.0, self.retry.timeout_s), self.retry.timeout_s
 
     def _pages(self, url: str, params: dict[str, Any] | None, key: str, what: str) -> Iterator[dict]:
         """The items under `key` of every page, following the `Link: <...>; rel="next"` header."""
@@ -205,18 +193,17 @@ class GitHub:
             next_url, params = links.get("next", {}).get("url"), None
 
     def _get_json(self, url: str, params: dict[str, Any] | None, what: str) -> tuple[Any, dict]:
-        with self.http.get(url, params=params, timeout=self._timeout()) as response:
+        with self.http.get(url, params=params, timeout=self.retry.timeouts) as response:
             self._check(response, what)
             try:
                 return response.json(), response.links
             except ValueError:
-                raise GitHubError(f"{what}: the answer is not JSON: {self._excerpt(response)}") from None
+                raise GitHubError(f"{what}: the answer is not JSON: {excerpt(response, self.token)}") from None
 
     def _check(self, response: requests.Response, what: str) -> None:
         status = response.status_code
-        retry_after = response.headers.get("Retry-After")
-        if status == 429 or status >= 500 or (status == 403 and retry_after):
-            raise _TryAgain(f"HTTP {status}: {self._excerpt(response)}", retry_after)
+        if retryable(response):
+            raise TryAgain(response, self.token)
         if status == 200:
             return
         hint = _HINTS.get(status, "GitHub refused the request")
@@ -225,39 +212,16 @@ class GitHub:
             until = (dt.datetime.fromtimestamp(int(reset), dt.timezone.utc).strftime("%H:%M:%SZ")
                      if reset.isdigit() else "later")
             hint = f"the API rate limit is spent until {until}"
-        raise GitHubError(f"{what}: HTTP {status}: {hint}: {self._excerpt(response) or '(no body)'}")
-
-    def _excerpt(self, response: requests.Response) -> str:
-        """GitHub's `message` (else the start of the body) on one short line, the token masked."""
-        try:
-            data = response.json()
-            text = str(data.get("message", data)) if isinstance(data, dict) else str(data)
-        except ValueError:
-            text = response.text
-        text = " ".join(text.split())
-        if self.token:
-            text = text.replace(self.token, "***")
-        return text[:300] + ("..." if len(text) > 300 else "")
+        raise GitHubError(f"{what}: HTTP {status}: {hint}: {excerpt(response, self.token) or '(no body)'}")
 
     def _retrying(self, what: str, once: Callable[[], T]) -> T:
-        attempts = max(1, self.retry.attempts)
-        last = ""
-        for attempt in range(1, attempts + 1):
-            retry_after = None
-            try:
-                return once()
-            except _TryAgain as again:
-                last, retry_after = again.reason, again.retry_after
-            except requests.Timeout:
-                last = f"no answer within {self.retry.timeout_s:g} s"
-            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
-                last = f"connection failed ({type(exc).__name__})"
-            except requests.RequestException as exc:
-                raise GitHubError(f"{what}: request failed ({type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
-            if attempt < attempts:
-                self.sleep(self.retry.delay(attempt, retry_after))
-        raise GitHubError(f"{what}: gave up after {attempts} attempt(s); last: {last}")
+        try:
+            return retrying(once, retry=self.retry, sleep=self.sleep).value
+        except GaveUp as exc:
+            raise GitHubError(f"{what}: {exc}") from None
+        except requests.RequestException as exc:
+            raise GitHubError(f"{what}: request failed ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
 
 
 # -- unpacking ------------------------------------------------------------------------

@@ -24,10 +24,11 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import __version__, atomic, envs, procs, project_metadata, torchspec
+from . import __version__, atomic, envs, project_metadata, torchspec
 from . import manifest as manifest_mod
 from .device_probe import Finding, Probed, probe
-from .errors import ManifestError, OutputError, ProjectError, UsageError
+from .errors import GitError, ManifestError, OutputError, ProjectError, UsageError
+from .git import git
 from .manifest import ENTRY_POINT, Build, Capability, Manifest, Source
 from .models import COMMIT_SHA, RunRecord, StageResult, Status, TorchInfo
 from .pipeline import run_stage
@@ -53,6 +54,8 @@ class InitOptions:
     probe: bool = True
     device: str | None = None
     index_url: str | None = None
+    torch_repo: str | None = None
+    """the PyTorch repository (a fork) of a git:/pr: --torch, as for ootci run"""
     jobs: int | None = None
     cache: Path | None = None
     pytorch_prs: bool = False
@@ -78,9 +81,11 @@ def ootci_ref(checkout: Path = _CHECKOUT, build_info: Path = _BUILD_INFO, versio
     """The commit of the running ootci: its git checkout's HEAD, else the commit its wheel's
     build recorded (setup.py writes ootci/runner/_build.json), else only its version tag."""
     if (checkout / ".git").exists():
-        result = procs.run(["git", "-C", checkout, "rev-parse", "HEAD"], timeout=30)
-        commit = result.output_tail.strip()
-        if result.ok and _COMMIT.fullmatch(commit):
+        try:
+            commit = git(checkout, "rev-parse", "HEAD", timeout=30).strip()
+        except GitError:
+            commit = ""  # git missing or the checkout broken: the build record or the version tag still names ootci
+        if _COMMIT.fullmatch(commit):
             return OotciRef(commit, version, f"HEAD of the git checkout {checkout}")
     if build_info.is_file():
         try:
@@ -423,7 +428,9 @@ def _draft(repo: Path, name: str, device: str, distribution: str, import_name: s
     return m
 
 
-def _context(repo: Path, spec: torchspec.TorchSpec, options: InitOptions, reporter) -> RunContext:
+def run_context(repo: Path, spec: torchspec.TorchSpec, options: InitOptions, reporter) -> RunContext:
+    """The context init's stages (torch, build, install, the probe) run in, as `ootci run` would
+    with the same --torch, --index-url, --torch-repo, --jobs and --cache."""
     cache = options.cache or envs.cache_root()
     work = cache / "init" / envs.digest(str(repo))
     shutil.rmtree(work / "logs", ignore_errors=True)  # the logs of this init only
@@ -433,7 +440,8 @@ def _context(repo: Path, spec: torchspec.TorchSpec, options: InitOptions, report
     now = dt.datetime.now(dt.timezone.utc)
     record = RunRecord(run_id=f"init-{now:%Y%m%dT%H%M%SZ}", backend="init", device=placeholder.device,
                        torch=TorchInfo(spec=spec.raw), started_at=now, ootci_version=__version__)
-    options_ = RunOptions(torch=spec.raw, out=work, index_url=options.index_url, jobs=options.jobs, cache=cache)
+    options_ = RunOptions(torch=spec.raw, out=work, index_url=options.index_url, torch_repo=options.torch_repo,
+                          jobs=options.jobs, cache=cache)
     return RunContext(manifest=placeholder, options=options_, record=record, run_dir=work, cache=cache,
                       reporter=reporter)
 
@@ -474,7 +482,7 @@ def _probe_device(onboarding: Onboarding, options: InitOptions, ctx: RunContext,
 def init(options: InitOptions, reporter) -> InitResult:
     """Onboard options.repo; files are written only once the manifest they hold is valid."""
     repo, spec = check_options(options)
-    ctx = _context(repo, spec, options, reporter)
+    ctx = run_context(repo, spec, options, reporter)
     logs = ctx.run_dir / "logs"
     steps = _Steps(ctx, reporter)
     torch_result = steps.stage("torch")

@@ -11,7 +11,6 @@ import functools
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -36,6 +35,8 @@ class ProcResult:
     log: Path | None = None
     output_truncated: bool = False
     extra: dict = field(default_factory=dict)
+    stderr_tail: str = ""
+    """stderr, when run(separate_stderr=True) kept it apart from output_tail"""
 
     @property
     def signal_name(self) -> str | None:
@@ -88,23 +89,25 @@ def run(
     on_line: Callable[[str], None] | None = None,
     tail_bytes: int = TAIL_BYTES,
     input_text: str | None = None,
+    separate_stderr: bool = False,
 ) -> ProcResult:
-    """Run argv to completion or timeout; stdout and stderr are merged."""
+    """Run argv to completion or timeout; stdout and stderr are merged, unless
+    separate_stderr: then output_tail is stdout alone (for a caller that parses it) and
+    stderr_tail is stderr (both still go to the log, and only stdout to on_line)."""
     argv = [os.fspath(a) for a in argv]
     start = time.monotonic()
     log_file = open(log, "ab") if log else None
     if log_file:
         log_file.write(f"$ {' '.join(argv)}\n".encode())
         log_file.flush()
-    tail: deque[bytes] = deque()
-    tail_size = 0
-    truncated = False
+    log_lock = threading.Lock()
+    out_tail, err_tail = _Tail(tail_bytes), _Tail(tail_bytes)
     try:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE if separate_stderr else subprocess.STDOUT,
             env=env,
             cwd=cwd,
             start_new_session=True,
@@ -116,23 +119,15 @@ def run(
     with _live_lock:
         _live.add(proc)
 
-    def keep(chunk: bytes) -> None:
-        nonlocal tail_size, truncated
-        tail.append(chunk)
-        tail_size += len(chunk)
-        while tail_size > tail_bytes and len(tail) > 1:
-            tail_size -= len(tail.popleft())
-            truncated = True
-
-    def pump() -> None:
+    def pump(stream, tail: _Tail, on_line: Callable[[str], None] | None) -> None:
         # Chunks, not lines: a child that prints gigabytes without a newline must
         # not be held in memory. Lines are reassembled (bounded) for on_line only.
-        assert proc.stdout is not None
         partial = b""
-        while chunk := proc.stdout.read1(CHUNK_BYTES):
+        while chunk := stream.read1(CHUNK_BYTES):
             if log_file:
-                log_file.write(chunk)
-            keep(chunk)
+                with log_lock:
+                    log_file.write(chunk)
+            tail.keep(chunk)
             if on_line:
                 *lines, partial = (partial + chunk).split(b"\n")
                 for line in lines:
@@ -141,8 +136,11 @@ def run(
         if on_line and partial:
             on_line(partial.decode("utf-8", "replace"))
 
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
+    readers = [threading.Thread(target=pump, args=(proc.stdout, out_tail, on_line), daemon=True)]
+    if separate_stderr:
+        readers.append(threading.Thread(target=pump, args=(proc.stderr, err_tail, None), daemon=True))
+    for reader in readers:
+        reader.start()
     if input_text is not None:
         assert proc.stdin is not None
         try:
@@ -164,33 +162,61 @@ def run(
         with _live_lock:
             _live.discard(proc)
     # A grandchild may still hold the pipe open; do not wait on it forever.
-    reader.join(timeout=5)
-    if reader.is_alive():
+    for reader in readers:
+        reader.join(timeout=5)
+    if any(reader.is_alive() for reader in readers):
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        reader.join(timeout=2)
+        for reader in readers:
+            reader.join(timeout=2)
     duration = time.monotonic() - start
     if log_file:
-        if timed_out:
-            log_file.write(f"\n[ootci] killed after {timeout:g} s time limit\n".encode())
-        log_file.close()
-    raw = b"".join(tail)
-    if len(raw) > tail_bytes:
-        raw = raw[-tail_bytes:]
-        truncated = True
-    text = raw.decode("utf-8", "replace")
-    return ProcResult(argv, proc.returncode, duration, timed_out, text, timeout, log, truncated)
+        with log_lock:
+            if timed_out:
+                log_file.write(f"\n[ootci] killed after {timeout:g} s time limit\n".encode())
+            log_file.close()
+    text, err_text = out_tail.text(), err_tail.text()  # text() is what settles `truncated`
+    return ProcResult(argv, proc.returncode, duration, timed_out, text, timeout, log,
+                      out_tail.truncated or err_tail.truncated, stderr_tail=err_text)
+
+
+class _Tail:
+    """The last `limit` bytes of a stream, kept as the chunks they came in."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.chunks: deque[bytes] = deque()
+        self.size = 0
+        self.truncated = False
+
+    def keep(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+        while self.size > self.limit and len(self.chunks) > 1:
+            self.size -= len(self.chunks.popleft())
+            self.truncated = True
+
+    def text(self) -> str:
+        raw = b"".join(self.chunks)
+        if len(raw) > self.limit:
+            raw = raw[-self.limit:]
+            self.truncated = True
+        return raw.decode("utf-8", "replace")
+
+
+def start_detached(argv: Sequence[str | os.PathLike]) -> None:
+    """Start argv and return at once: for work nobody waits for (deleting an old copy).
+    It runs in its own session, with no terminal and no pipes, so it outlives the runner
+    and kill_all does not end it."""
+    subprocess.Popen([os.fspath(a) for a in argv], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def python_argv(python: Path | str, *args: str) -> list[str]:
     # -X utf8 keeps output decoding predictable whatever the locale of the runner.
     return [os.fspath(python), "-X", "utf8", *args]
-
-
-def this_python() -> str:
-    return sys.executable
 
 
 @functools.cache

@@ -104,6 +104,23 @@ def read(record_path: Path, *, with_tests: bool = True) -> RunRecord:
     return record
 
 
+def find_runs(source: Path) -> list[tuple[Path, RunRecord | None]]:
+    """Every run directory under `source`, with its record read without its tests (None when it
+    does not load). The runs of a bisection's steps are part of the bisection (the directory of
+    its bisect.json), not runs of their own: every reader of a directory of runs skips them."""
+    runs = []
+    bisections = {p.parent for p in source.rglob(BISECT_NAME)}
+    for record_file in sorted(source.rglob(RECORD_NAME)):
+        if any(parent in bisections for parent in record_file.parents):
+            continue
+        try:
+            record = read(record_file, with_tests=False)
+        except (OSError, ValueError):
+            record = None
+        runs.append((record_file.parent, record))
+    return runs
+
+
 def packed_rows(record_path: Path, record: RunRecord) -> list[dict]:
     """The tests of a record kept in the history's packed form, as dicts (see packed_tests)."""
     results = packed_tests.loads((record_path.parent / packed_tests.RESULTS_NAME).read_bytes())

@@ -38,6 +38,7 @@ import requests
 
 from . import record_files
 from .errors import RelayError, UsageError
+from .http import GaveUp, Retry, Tried, excerpt, send
 from .manifest import Manifest
 from .models import COMMIT_SHA, DELIVERY_ID, Outcome, RunRecord
 
@@ -374,22 +375,6 @@ def callback_body(envelope: dict[str, Any], status: str, conclusion: str | None,
     return {**envelope, "workflow": report}
 
 
-@dataclass(frozen=True)
-class Retry:
-    """How hard to try: attempts in all, the first delay (doubled after each try, capped), the time limit of one try."""
-
-    attempts: int = 5
-    backoff_s: float = 2.0
-    max_delay_s: float = 60.0
-    timeout_s: float = 30.0
-
-    def delay(self, attempt: int, retry_after: str | None = None) -> float:
-        delay = self.backoff_s * (2 ** (attempt - 1))
-        if retry_after and retry_after.strip().isdigit():
-            delay = max(delay, float(retry_after))
-        return min(delay, self.max_delay_s)
-
-
 @dataclass
 class Delivery:
     """What the relay made of a report: `answer` is its `status` (in_progress, completed,
@@ -405,58 +390,16 @@ class Delivery:
         return self.answer == "ignored"
 
 
-def _retryable(status: int) -> bool:
-    return status == 429 or status >= 500
-
-
-def _excerpt(response: requests.Response, secret: str | None = None) -> str:
-    """The relay's reason in one short line: its JSON `detail`, else the start of the body."""
+def _send(http: requests.Session, method: str, url: str, what: str, retry: Retry, sleep: Callable[[float], None],
+          secret: str, **kwargs) -> Tried[requests.Response]:
+    """The first answer that is not worth retrying, with the attempts made and whether an earlier
+    try may have landed (http.send); after the last attempt a RelayError says what happened."""
     try:
-        data = response.json()
-        text = data.get("detail", data) if isinstance(data, dict) else data
-        text = text if isinstance(text, str) else json.dumps(text)
-    except ValueError:
-        text = response.text
-    text = " ".join(text.split())
-    if secret:
-        text = text.replace(secret, "***")
-    return text[:300] + ("..." if len(text) > 300 else "")
-
-
-def _send(send: Callable[[], requests.Response], what: str, retry: Retry, sleep: Callable[[float], None],
-          secret: str | None = None) -> tuple[requests.Response, int, bool]:
-    """(the first answer that is not worth retrying, attempts made, whether an earlier try may have landed).
-
-    Connection errors, timeouts, 429 and 5xx are retried with exponential backoff;
-    anything else is returned. After the last attempt a RelayError says what happened.
-    """
-    attempts = max(1, retry.attempts)
-    maybe_landed = False
-    last = ""
-    for attempt in range(1, attempts + 1):
-        retry_after = None
-        try:
-            response = send()
-        except requests.ConnectTimeout:
-            last = f"no connection within {retry.timeout_s:g} s"
-        except requests.Timeout:
-            last = f"no answer within {retry.timeout_s:g} s"
-            maybe_landed = True
-        except requests.ConnectionError as exc:
-            last = f"connection failed ({type(exc).__name__})"
-            maybe_landed = True
-        except requests.RequestException as exc:
-            last = f"request failed ({type(exc).__name__})"
-            maybe_landed = True
-        else:
-            if not _retryable(response.status_code):
-                return response, attempt, maybe_landed
-            last = f"HTTP {response.status_code}: {_excerpt(response, secret)}"
-            retry_after = response.headers.get("Retry-After")
-            maybe_landed = maybe_landed or response.status_code >= 500
-        if attempt < attempts:
-            sleep(retry.delay(attempt, retry_after))
-    raise RelayError(f"{what}: gave up after {attempts} attempt(s); last: {last}")
+        return send(http, method, url, retry=retry, sleep=sleep, secret=secret, allow_redirects=False, **kwargs)
+    except GaveUp as exc:
+        raise RelayError(f"{what}: {exc}") from None
+    except requests.RequestException as exc:  # not the network: a URL or a header requests refuses
+        raise RelayError(f"{what}: request failed ({type(exc).__name__})") from None
 
 
 def _check_url(url: str, what: str) -> str:
@@ -481,12 +424,10 @@ def id_token(audience: str = AUDIENCE, *, env: Mapping[str, str] | None = None, 
     _check_url(url, "$ACTIONS_ID_TOKEN_REQUEST_URL")
     http = session or requests.Session()
     full = f"{url}{'&' if '?' in url else '?'}audience={requests.utils.quote(audience, safe='')}"
-    response, _, _ = _send(
-        lambda: http.get(full, headers={"Authorization": f"Bearer {request_token}"},
-                         timeout=(min(10.0, retry.timeout_s), retry.timeout_s), allow_redirects=False),
-        "OIDC token", retry, sleep, secret=request_token)
+    response = _send(http, "GET", full, "OIDC token", retry, sleep, request_token,
+                     headers={"Authorization": f"Bearer {request_token}"}).value
     if response.status_code != 200:
-        raise RelayError(f"OIDC token: HTTP {response.status_code}: {_excerpt(response, request_token)}")
+        raise RelayError(f"OIDC token: HTTP {response.status_code}: {excerpt(response, request_token)}")
     try:
         value = response.json().get("value")
     except (ValueError, AttributeError):
@@ -507,7 +448,7 @@ _HINTS = {
 
 
 def _rejection(response: requests.Response, token: str) -> str:
-    detail = _excerpt(response, token)
+    detail = excerpt(response, token)
     hint = _HINTS.get(response.status_code, "the relay refused the report")
     if "state transition" in detail:
         hint = ("the relay's state machine refused it: in_progress must come first and once, completed once, "
@@ -528,10 +469,8 @@ def post(url: str, body: dict[str, Any], token: str, *, retry: Retry = Retry(),
     http = session or requests.Session()
     data = json.dumps(body, separators=(",", ":")).encode("utf-8")
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    response, attempts, maybe_landed = _send(
-        lambda: http.post(url, data=data, headers=headers,
-                          timeout=(min(10.0, retry.timeout_s), retry.timeout_s), allow_redirects=False),
-        "relay callback", retry, sleep, secret=token)
+    sent = _send(http, "POST", url, "relay callback", retry, sleep, token, data=data, headers=headers)
+    response, attempts = sent.value, sent.attempts
     if 200 <= response.status_code < 300:
         try:
             answer = response.json().get("status", "")
@@ -539,7 +478,7 @@ def post(url: str, body: dict[str, Any], token: str, *, retry: Retry = Retry(),
             answer = ""
         return Delivery(http_status=response.status_code, answer=str(answer)[:40] or "accepted", attempts=attempts)
     detail = _rejection(response, token)
-    if response.status_code == 400 and "state transition" in detail and maybe_landed:
+    if response.status_code == 400 and "state transition" in detail and sent.may_have_landed:
         # The relay refuses the same state twice: the try that got no clear answer was recorded.
         # Said in the log all the same, with the relay's own words.
         return Delivery(http_status=400, answer="already recorded", attempts=attempts,
@@ -576,16 +515,11 @@ _SKIPPED = frozenset({Outcome.skipped, Outcome.xfailed})
 
 
 def read_records(directory: Path) -> tuple[list[RunRecord], int]:
-    """(every record.json under directory that loads, how many did not). Reads only; tests stay on disk."""
-    records, rejected = [], 0
-    if not directory.is_dir():
-        return records, rejected
-    for path in sorted(directory.rglob(record_files.RECORD_NAME)):
-        try:
-            records.append(record_files.read(path, with_tests=False))
-        except (OSError, ValueError):
-            rejected += 1
-    return records, rejected
+    """(the record of every run under directory that loads, how many did not). Reads only; tests
+    stay on disk. A bisection's step runs are left out, as every reader of runs does (find_runs)."""
+    found = record_files.find_runs(directory) if directory.is_dir() else []
+    records = [record for _, record in found if record is not None]
+    return records, len(found) - len(records)
 
 
 def _failing(record: RunRecord) -> dict[str, Outcome]:

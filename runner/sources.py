@@ -11,15 +11,16 @@ import sysconfig
 import tarfile
 from pathlib import Path
 
-from . import procs
 from .envs import digest
-from .errors import ManifestError, UsageError
+from .errors import GitError, ManifestError, UsageError
+from .git import git
 from .manifest import Manifest
 
 # Build products and caches inside a source tree do not make it a different source.
 IGNORED_DIRS = {".git", "build", "dist", "__pycache__", ".pytest_cache", ".eggs", ".venv"}
 IGNORED_SUFFIXES = (".so", ".pyc", ".o", ".egg-info")
-GIT = ["git", "-c", "advice.detachedHead=false"]
+# A bisection checks out commit after commit; git need not explain detached HEADs each time.
+QUIET = ["advice.detachedHead=false"]
 
 
 def tree_hash(root: Path) -> str:
@@ -44,12 +45,15 @@ def clone(manifest: Manifest, cache: Path, *, log: Path, timeout: float) -> Path
     repo = cache / "src" / digest(src.git)
     if not (repo / ".git").exists():
         repo.parent.mkdir(parents=True, exist_ok=True)
-        result = procs.run([*GIT, "clone", "--quiet", src.git, repo], timeout=timeout, log=log)
-        if not result.ok:
-            raise ManifestError(f"{manifest.path}: field 'source.git': cannot clone {src.git}: "
-                                f"{result.output_tail.strip().splitlines()[-1:] or ['no output']}")
+        try:
+            git(None, "clone", "--quiet", src.git, repo, config=QUIET, timeout=timeout, log=log)
+        except GitError as exc:
+            raise ManifestError(f"{manifest.path}: field 'source.git': cannot clone {src.git}: {exc.detail}") from None
     else:
-        procs.run([*GIT, "-C", repo, "fetch", "--quiet", "--tags", "origin"], timeout=timeout, log=log)
+        try:
+            git(repo, "fetch", "--quiet", "--tags", "origin", config=QUIET, timeout=timeout, log=log)
+        except GitError:
+            pass  # offline or the remote is gone: the clone as it is may still hold the ref (checkout says if not)
     return repo
 
 
@@ -57,20 +61,24 @@ def checkout(manifest: Manifest, cache: Path, *, log: Path, timeout: float) -> t
     """Clone (or update) a git source into the cache; returns (package dir, commit)."""
     src = manifest.source
     repo = clone(manifest, cache, log=log, timeout=timeout)
-    git = GIT
     for ref in (f"origin/{src.ref}", src.ref):
-        result = procs.run([*git, "-C", repo, "checkout", "--quiet", "--force", ref], timeout=timeout, log=log)
-        if result.ok:
+        try:
+            git(repo, "checkout", "--quiet", "--force", ref, config=QUIET, timeout=timeout, log=log)
             break
+        except GitError:
+            continue  # a branch is origin/<name> in the clone; a tag or commit is found as given
     else:
         raise ManifestError(f"{manifest.path}: field 'source.ref': no such ref {src.ref!r} in {src.git}")
     # Build products of another commit (a bisection walks many) must not leak into this build.
-    procs.run([*git, "-C", repo, "clean", "-ffdxq"], timeout=timeout, log=log)
-    head = procs.run([*git, "-C", repo, "rev-parse", "HEAD"], timeout=60)
+    try:
+        git(repo, "clean", "-ffdxq", config=QUIET, timeout=timeout, log=log)
+    except GitError:
+        pass  # what it could not remove the build overwrites or ignores; the log shows git's complaint
+    head = git(repo, "rev-parse", "HEAD", config=QUIET, timeout=60)
     package = repo / src.subdir if src.subdir else repo
     if not package.is_dir():
         raise ManifestError(f"{manifest.path}: field 'source.subdir': {src.subdir!r} is not a directory in {src.git}")
-    return package, head.output_tail.strip()
+    return package, head.strip()
 
 
 def remote_commit(manifest: Manifest, *, timeout: float = 120) -> str:
@@ -82,13 +90,12 @@ def remote_commit(manifest: Manifest, *, timeout: float = 120) -> str:
     assert src.git
     if re.fullmatch(r"[0-9a-f]{7,40}", src.ref):
         return src.ref
-    result = procs.run([*GIT, "ls-remote", "--", src.git, src.ref], timeout=timeout,
-                       env=dict(os.environ, GIT_TERMINAL_PROMPT="0"))
-    if not result.ok:
-        why = "timed out" if result.timed_out else (result.output_tail.strip().splitlines() or ["no output"])[-1]
-        raise ManifestError(f"{manifest.path}: field 'source.git': cannot read {src.git}: {why}")
+    try:
+        listed = git(None, "ls-remote", "--", src.git, src.ref, config=QUIET, timeout=timeout)
+    except GitError as exc:
+        raise ManifestError(f"{manifest.path}: field 'source.git': cannot read {src.git}: {exc.detail}") from None
     refs = {}
-    for line in result.output_tail.splitlines():
+    for line in listed.splitlines():
         commit, _, ref = line.partition("\t")
         if ref:
             refs[ref.strip()] = commit.strip()
@@ -111,10 +118,12 @@ def work_tree(directory: Path) -> tuple[Path, str] | None:
     """
     if not directory.is_dir():
         return None
-    result = procs.run([*GIT, "-c", f"safe.directory={directory}", "-C", directory, "rev-parse",
-                        "--show-toplevel", "--show-prefix"], timeout=60)
-    lines = result.output_tail.splitlines()
-    if not result.ok or not lines:
+    try:
+        lines = git(directory, "rev-parse", "--show-toplevel", "--show-prefix",
+                    config=[*QUIET, f"safe.directory={directory}"], timeout=60).splitlines()
+    except GitError:
+        return None  # not in a work tree (or no git at all): the directory is the source, without history
+    if not lines:
         return None
     return Path(lines[0].strip()), (lines[1].strip().rstrip("/") if len(lines) > 1 else "")
 
@@ -133,12 +142,12 @@ def export(top: Path, commit: str, cache: Path, *, log: Path, timeout: float) ->
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     tar = staging.with_suffix(".tar")
-    result = procs.run([*GIT, "-c", f"safe.directory={top}", "-C", top, "archive", "--format=tar", "-o", tar,
-                        commit], timeout=timeout, log=log)
-    if not result.ok:
+    try:
+        git(top, "archive", "--format=tar", "-o", tar, commit, config=[*QUIET, f"safe.directory={top}"],
+            timeout=timeout, log=log)
+    except GitError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        tail = (result.output_tail.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"cannot export commit {commit[:12]} of {top}: {tail}")
+        raise UsageError(f"cannot export commit {commit[:12]} of {top}: {exc.detail}") from None
     with tarfile.open(tar) as archive:
         archive.extractall(staging, filter="data")
     tar.unlink()

@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import atomic, downloads, procs, torch_index, torch_source
 from .envs import cache_root, digest
-from .errors import IndexError_, TorchSpecError, UsageError
+from .errors import PackageIndexError, TorchSpecError, UsageError
 from .torchspec import TorchSpec, check_torch_wheel_name
 
 
@@ -290,11 +290,11 @@ def _pip_download(plan_: TorchPlan, out_dir: Path, python: str | os.PathLike | N
     result = procs.run(argv, timeout=1800, log=log)
     if not result.ok:
         last = (result.output_tail.strip().splitlines() or ["no output"])[-1]
-        raise IndexError_(f"pip could not download {' '.join(plan_.install_args)}: {last[:300]}")
+        raise PackageIndexError(f"pip could not download {' '.join(plan_.install_args)}: {last[:300]}")
     wanted = [p for p in out_dir.glob("torch-*.whl") if _wheel_version(p.name) == _normal(plan_.version)]
     new = sorted(set(out_dir.glob("torch-*.whl")) - before) or wanted
     if not new:
-        raise IndexError_(f"pip download of torch=={plan_.version} left no torch wheel in {out_dir}")
+        raise PackageIndexError(f"pip download of torch=={plan_.version} left no torch wheel in {out_dir}")
     plan_.wheel = new[0]
     return new[0]
 

@@ -11,6 +11,9 @@ The target's tags come from `packaging.tags.sys_tags()`. By default that is the
 orchestrator's interpreter, which is also the one that creates the torch venvs, so
 the tags are exact. For another interpreter (`python=`), it is asked for its own tags
 by running the orchestrator's `packaging` (pure Python) in that interpreter.
+
+A project page that the network lost or that came back 429 or 5xx is asked for again
+(runner.http's policy); what the last try got is what the error says.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import json
 import os
 import platform
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -33,14 +38,16 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from . import procs
-from .errors import EnvironmentError_, IndexError_
+from .errors import PackageIndexError, TargetEnvironmentError
+from .http import GaveUp, Retry, TryAgain, send
 
 DEFAULT_NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly/cpu"
 INDEX_ENV = "OOTCI_TORCH_INDEX"
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{PEP691_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
-# (connect, read) seconds for one request to an index.
-HTTP_TIMEOUT = (10.0, 60.0)
+# A package index is a CDN: it answers at once or is down for longer than is worth waiting
+# here, so fewer and shorter tries than the relay's and GitHub's; one request waits 60 s at most.
+RETRY = Retry(attempts=3, backoff_s=1.0, timeout_s=60.0)
 
 
 def nightly_index(index_url: str | None = None) -> str:
@@ -94,7 +101,7 @@ def interpreter_target(python: str | os.PathLike) -> Target:
             tags = tuple(Tag(*t.split("-", 2)) for t in data["tags"])
             return Target(tags, data["version"])
     detail = (result.output_tail.strip().splitlines() or ["no output"])[-1]
-    raise EnvironmentError_(f"{python}: cannot determine its wheel tags: {detail}")
+    raise TargetEnvironmentError(f"{python}: cannot determine its wheel tags: {detail}")
 
 
 def _same_interpreter(python: str | os.PathLike) -> bool:
@@ -128,22 +135,26 @@ def project_url(index_url: str, project: str = "torch") -> str:
 
 
 def fetch_project(index_url: str, project: str = "torch", *, session: requests.Session | None = None,
-                  timeout: float | tuple[float, float] = HTTP_TIMEOUT) -> list[IndexFile]:
-    """All files the index lists for `project`; unreachable or failing index -> IndexError_."""
+                  timeout: float | tuple[float, float] | None = None, retry: Retry = RETRY,
+                  sleep: Callable[[float], None] = time.sleep) -> list[IndexFile]:
+    """All files the index lists for `project`; unreachable or failing index -> PackageIndexError.
+    timeout: of one request (default retry.timeouts)."""
     url = project_url(index_url, project)
-    http = session or requests.Session()
+    timeout = timeout or retry.timeouts
     try:
-        response = http.get(url, headers={"Accept": ACCEPT}, timeout=timeout)
+        response = _answer(session or requests.Session(), url, timeout, retry, sleep)
     except requests.Timeout:
-        raise IndexError_(f"package index {index_url} did not answer within {_seconds(timeout)} s ({url})") from None
+        raise PackageIndexError(f"package index {index_url} did not answer within {_seconds(timeout)} s "
+                                f"({url})") from None
     except requests.ConnectionError as exc:
-        raise IndexError_(f"cannot reach package index {index_url}: {_connection_reason(exc)}") from None
+        raise PackageIndexError(f"cannot reach package index {index_url}: {_connection_reason(exc)}") from None
     except requests.RequestException as exc:
-        raise IndexError_(f"cannot read package index {index_url}: {exc}") from None
+        raise PackageIndexError(f"cannot read package index {index_url}: {exc}") from None
     if response.status_code == 404:
-        raise IndexError_(f"package index {index_url} has no project '{project}' (HTTP 404 for {url})")
+        raise PackageIndexError(f"package index {index_url} has no project '{project}' (HTTP 404 for {url})")
     if response.status_code >= 400:
-        raise IndexError_(f"package index {index_url} failed: HTTP {response.status_code} {response.reason} for {url}")
+        raise PackageIndexError(f"package index {index_url} failed: HTTP {response.status_code} {response.reason} "
+                                f"for {url}")
     content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
     base = response.url or url
     try:
@@ -151,7 +162,19 @@ def fetch_project(index_url: str, project: str = "torch", *, session: requests.S
             return _files_from_json(response.json(), base)
         return _files_from_html(response.text, base)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise IndexError_(f"package index {index_url}: unreadable project page {url} ({exc})") from None
+        raise PackageIndexError(f"package index {index_url}: unreadable project page {url} ({exc})") from None
+
+
+def _answer(session: requests.Session, url: str, timeout: float | tuple[float, float], retry: Retry,
+            sleep: Callable[[float], None]) -> requests.Response:
+    """The index's answer, tried again per ootci's policy. Once the tries are spent, the last
+    failure is returned or raised as it came, for fetch_project to say what it was."""
+    try:
+        return send(session, "GET", url, headers={"Accept": ACCEPT}, timeout=timeout, retry=retry, sleep=sleep).value
+    except GaveUp as exc:
+        if isinstance(exc.cause, TryAgain):
+            return exc.cause.response
+        raise exc.cause from None
 
 
 def _seconds(timeout: float | tuple[float, float]) -> str:
@@ -227,7 +250,7 @@ def fragment_sha256(fragment: str) -> str | None:
 
 
 def newest_nightly(files: list[IndexFile], target_: Target, index_url: str) -> NightlyWheel:
-    """The newest `.dev` torch wheel installable on target_; none -> IndexError_ saying why."""
+    """The newest `.dev` torch wheel installable on target_; none -> PackageIndexError saying why."""
     rank = {tag: i for i, tag in enumerate(target_.tags)}
     interpreters = {t.interpreter for t in target_.tags}
     platforms = {t.platform for t in target_.tags}
@@ -271,10 +294,10 @@ def newest_nightly(files: list[IndexFile], target_: Target, index_url: str) -> N
     if best is None:
         looked_for = f"a nightly (.dev) torch wheel for {target_.describe()}"
         if not wheels:
-            raise IndexError_(f"no torch wheels at {index_url}; looked for {looked_for}")
+            raise PackageIndexError(f"no torch wheels at {index_url}; looked for {looked_for}")
         reasons = ", ".join(f"{n} for {why}" if why.startswith("another") else f"{n} {why}"
                             for why, n in skipped.items() if n)
-        raise IndexError_(f"no matching torch wheel at {index_url}: looked for {looked_for}; "
+        raise PackageIndexError(f"no matching torch wheel at {index_url}: looked for {looked_for}; "
                           f"{wheels} torch wheels listed ({reasons})")
     (version, _), f = best
     return NightlyWheel(f.filename, f.url, f.sha256, version, index_url)
@@ -309,8 +332,10 @@ def _python_allowed(requires_python: str | None, python_version: str) -> bool:
 
 
 def resolve_nightly(index_url: str | None = None, *, python: str | os.PathLike | None = None,
-                    timeout: float | tuple[float, float] = HTTP_TIMEOUT,
-                    session: requests.Session | None = None) -> NightlyWheel:
+                    timeout: float | tuple[float, float] | None = None,
+                    session: requests.Session | None = None, retry: Retry = RETRY,
+                    sleep: Callable[[float], None] = time.sleep) -> NightlyWheel:
     """The newest nightly torch wheel at the index for `python` (default: this interpreter)."""
     index = nightly_index(index_url)
-    return newest_nightly(fetch_project(index, session=session, timeout=timeout), target(python), index)
+    files = fetch_project(index, session=session, timeout=timeout, retry=retry, sleep=sleep)
+    return newest_nightly(files, target(python), index)

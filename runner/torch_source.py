@@ -30,15 +30,16 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from . import procs, rootcause
+from . import git, procs, rootcause
 from .envs import cache_root, digest
-from .errors import EXIT_FAILED, IndexError_, OotciError, TorchSpecError
-from .models import RootCause
+from .errors import GitError, PackageIndexError, TorchBuildError, TorchSpecError
 from .procs import ProcResult
 from .torchspec import TorchSpec
 
 DEFAULT_REPO = "https://github.com/pytorch/pytorch"
 REPO_ENV = "OOTCI_TORCH_REPO"
+REPO_HELP = f"PyTorch git repository for git:/pr: specs (default ${REPO_ENV} or GitHub)"
+"""--torch-repo of every command that gets a torch by its spec (run, init, cache-key)"""
 READY = ".ootci-ready"
 
 GIT_TIMEOUT = 3600.0
@@ -51,17 +52,6 @@ FETCH_OPTIONS = ("--no-tags", "--no-auto-gc")
 
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 _SHORT_SHA = re.compile(r"^[0-9a-f]{4,39}$")
-
-
-class TorchBuildError(OotciError):
-    """A command of a source build failed; `result` is its process, `cause` why it failed."""
-
-    exit_code = EXIT_FAILED
-
-    def __init__(self, message: str, result: ProcResult | None = None, cause: RootCause | None = None):
-        super().__init__(message)
-        self.result = result
-        self.cause = cause
 
 
 def torch_repo(repo_url: str | None = None) -> str:
@@ -164,19 +154,14 @@ class SourcePlan:
         return lines + [f"{c.what}: {c.render()}" for c in self.commands]
 
 
-def _git(*args: str | os.PathLike) -> list[str]:
-    return ["git", *[os.fspath(a) for a in args]]
-
-
 def ls_remote(repo_url: str, *patterns: str, timeout: float = 300) -> dict[str, str]:
     """{ref: commit} of the refs matching patterns at repo_url."""
-    result = procs.run(_git("ls-remote", "--", repo_url, *patterns), timeout=timeout,
-                       env=dict(os.environ, GIT_TERMINAL_PROMPT="0"))
-    if not result.ok:
-        why = "timed out" if result.timed_out else (result.output_tail.strip().splitlines() or ["no output"])[-1]
-        raise IndexError_(f"cannot read torch repository {repo_url}: {why}")
+    try:
+        listed = git.git(None, "ls-remote", "--", repo_url, *patterns, timeout=timeout)
+    except GitError as exc:
+        raise PackageIndexError(f"cannot read torch repository {repo_url}: {exc.detail}") from None
     refs = {}
-    for line in result.output_tail.splitlines():
+    for line in listed.splitlines():
         sha, _, ref = line.partition("\t")
         if _FULL_SHA.match(sha) and ref:
             refs[ref.strip()] = sha
@@ -227,24 +212,24 @@ def _commands(layout: Layout, ref: str, commit: str | None, jobs: int, build_tim
     cmds = []
     if not (mirror / READY).is_file():
         cmds.append(Command("clone the repository (bare, reused by later builds)",
-                            _git("clone", "--bare", "--", layout.repo_url, mirror), NEW_MIRROR))
+                            git.argv(None, "clone", "--bare", "--", layout.repo_url, mirror), NEW_MIRROR))
     if ref.startswith("refs/"):
-        cmds.append(Command(f"fetch {ref}", _git("-C", mirror, "fetch", *FETCH_OPTIONS, "origin", f"+{ref}:{ref}"),
+        cmds.append(Command(f"fetch {ref}", git.argv(mirror, "fetch", *FETCH_OPTIONS, "origin", f"+{ref}:{ref}"),
                             MIRROR))
     else:
         # A bare commit: whatever branch or tag holds it.
-        cmds.append(Command("fetch all branches and tags", _git(
-            "-C", mirror, "fetch", *FETCH_OPTIONS, "origin", "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"),
+        cmds.append(Command("fetch all branches and tags", git.argv(
+            mirror, "fetch", *FETCH_OPTIONS, "origin", "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"),
             MIRROR))
     if not (checkout / ".git").is_dir():
         cmds.append(Command("create the build checkout (shares the clone's objects)",
-                            _git("clone", "--shared", "--no-checkout", mirror, checkout), NEW_CHECKOUT))
+                            git.argv(None, "clone", "--shared", "--no-checkout", mirror, checkout), NEW_CHECKOUT))
     cmds += [
-        Command("check out the commit", _git("-C", checkout, "checkout", "--detach", "--force", commit or ref),
+        Command("check out the commit", git.argv(checkout, "checkout", "--detach", "--force", commit or ref),
                 CHECKOUT),
-        Command("sync submodule URLs", _git("-C", checkout, "submodule", "sync", "--recursive"), CHECKOUT),
-        Command("fetch submodules", _git("-C", checkout, "submodule", "update", "--init", "--recursive",
-                                         f"--jobs={jobs}"), CHECKOUT),
+        Command("sync submodule URLs", git.argv(checkout, "submodule", "sync", "--recursive"), CHECKOUT),
+        Command("fetch submodules", git.argv(checkout, "submodule", "update", "--init", "--recursive",
+                                              f"--jobs={jobs}"), CHECKOUT),
     ]
     if not (venv / READY).is_file():
         cmds.append(Command("create the build venv", [layout.python, "-m", "venv", os.fspath(venv)], NEW_VENV,
@@ -360,7 +345,7 @@ def _check_out(plan: SourcePlan, log: Path | None) -> str:
             _run(cmd, log)
         elif cmd.role == CHECKOUT:
             _run(cmd, log)
-    head = _run(Command("read the commit", _git("-C", work, "rev-parse", "HEAD"), CHECKOUT, timeout=60), log)
+    head = _run(Command("read the commit", git.argv(work, "rev-parse", "HEAD"), CHECKOUT, timeout=60), log)
     commit = head.output_tail.strip().splitlines()[-1].strip()
     if plan.commit and commit != plan.commit:
         # The ref moved between ls-remote and fetch: build what was fetched, and say so.

@@ -23,9 +23,8 @@ from urllib.parse import urlsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .errors import TorchSpecError
+from .errors import TorchSpecError, TorchWheelNotFound
 
-KINDS = ("installed", "version", "wheel", "url", "nightly", "git", "pr")
 KEYWORDS = ("installed", "nightly")
 EXPECTED = "expected installed, nightly, a version like 2.13.0, a wheel path or URL, git:REF or pr:N"
 
@@ -34,10 +33,6 @@ EXPECTED = "expected installed, nightly, a version like 2.13.0, a wheel path or 
 _GIT_REF = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./+@-]*$")
 # Things people type when they mean pr:N ("pr123", "PR#123", "pull/123").
 _PR_LIKE = re.compile(r"^(?:pr|pull)[\s#:/=-]*(\d+)$", re.IGNORECASE)
-
-
-class TorchWheelNotFound(TorchSpecError):
-    """The spec names a wheel file that does not exist."""
 
 
 @dataclass(frozen=True)

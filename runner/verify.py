@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, Field
 
 from . import envs, procs, rootcause
-from .errors import EnvironmentError_, UsageError
+from .errors import TargetEnvironmentError, UsageError
 from .manifest import Manifest
 from .models import CheckResult, RootCause, Status
 from .wheel_metadata import BuildTorch, WheelMetadata
@@ -238,9 +238,9 @@ def resolve_python(path: Path | str) -> Path:
     if path.is_dir() and (path / "bin" / "python").exists():
         path = path / "bin" / "python"
     if not path.exists():
-        raise EnvironmentError_(f"--python {path}: no such file")
+        raise TargetEnvironmentError(f"--python {path}: no such file")
     if path.is_dir() or not os.access(path, os.X_OK):
-        raise EnvironmentError_(f"--python {path}: not an executable Python interpreter")
+        raise TargetEnvironmentError(f"--python {path}: not an executable Python interpreter")
     return path
 
 
@@ -250,9 +250,9 @@ def _inventory(runner: Runner) -> dict:
     if data is None:
         cause = rootcause.from_proc(probe.proc, what="the interpreter")
         why = cause.summary if cause else "it printed no result"
-        raise EnvironmentError_(f"--python {runner.python}: not a usable Python interpreter ({why[:200]})")
+        raise TargetEnvironmentError(f"--python {runner.python}: not a usable Python interpreter ({why[:200]})")
     if not data.get("torch_found"):
-        raise EnvironmentError_(f"--python {runner.python}: torch is not installed in this environment")
+        raise TargetEnvironmentError(f"--python {runner.python}: torch is not installed in this environment")
     return data
 
 
@@ -293,7 +293,7 @@ def verify(
     torch_under_test: (torch.__version__, git_version); asked of `python` when needed.
     Both feed the build_torch check and the hint for an undefined symbol.
 
-    Raises EnvironmentError_ when `python` is not an interpreter or has no torch.
+    Raises TargetEnvironmentError when `python` is not an interpreter or has no torch.
     """
     started = time.monotonic()
     runner = Runner(resolve_python(python), timeout, log)
@@ -323,7 +323,7 @@ def verify(
 def _ask_torch(python: Path) -> tuple[str | None, str | None]:
     try:
         info = envs.torch_info(python, timeout=60)
-    except EnvironmentError_:
+    except TargetEnvironmentError:
         return None, None
     return info["version"], info.get("git_version")
 

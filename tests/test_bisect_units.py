@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from ootci.runner import bisect, bisect_candidates, bisect_search, models, record_files, torch_index
+from ootci.runner import bisect, bisect_candidates, bisect_search, errors, models, record_files, torch_index
 from ootci.runner.bisect_search import Ended, Probe, Step
 from ootci.runner.models import (Outcome, RootCause, RunRecord, StageResult, Status, TorchInfo,
                                  Verdict)
@@ -107,10 +107,10 @@ def test_the_predicate_is_the_tests_that_passed_in_the_good_run_and_fail_in_the_
 
 
 def test_a_bad_run_that_did_not_fail_or_a_good_run_that_failed_there_too_is_refused():
-    with pytest.raises(bisect.BisectError, match="did not fail"):
+    with pytest.raises(errors.BisectError, match="did not fail"):
         bisect.derive_predicate(record("g", GREEN), record("b", GREEN))
     bad = record("b", {**GREEN, "autoload": Status.failed})
-    with pytest.raises(bisect.BisectError, match="did not pass stage autoload either"):
+    with pytest.raises(errors.BisectError, match="did not pass stage autoload either"):
         bisect.derive_predicate(record("g", {**GREEN, "autoload": Status.failed}), bad)
 
 
@@ -432,5 +432,5 @@ def test_history_merge_keeps_the_bisection_with_more_steps(tmp_path):
     held = BisectRecord.model_validate_json(next(history.glob("*/bisect.json")).read_text())
     assert held.state == "finished" and held.steps_taken() == 2
     # The step's run is part of the bisection: merging runs does not take it as a run of the history.
-    from ootci.runner.commands.history import find_runs
+    from ootci.runner.record_files import find_runs
     assert find_runs(history) == []

@@ -17,7 +17,7 @@ import requests
 
 from ootci.runner import github_artifacts
 from ootci.runner.errors import GitHubError
-from ootci.runner.relay import Retry
+from ootci.runner.http import Retry
 from tests.support import fake_github
 from tests.support.cli import ootci
 from tests.support.fake_github import REPOSITORY, STORAGE_HOST, TOKEN, FakeGitHub, zipped

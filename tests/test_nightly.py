@@ -19,7 +19,7 @@ import pytest
 from packaging.tags import sys_tags
 
 from ootci.runner import torch_acquire, torch_index, torchspec
-from ootci.runner.errors import IndexError_
+from ootci.runner.errors import PackageIndexError
 
 REPO = Path(__file__).resolve().parent.parent
 OOTCI = REPO / ".venv" / "bin" / "ootci"
@@ -153,7 +153,7 @@ def test_nothing_for_this_platform_names_what_was_looked_for(httpserver):
     entries = [(f"/f/{n}", n) for n in DECOYS]
     httpserver.expect_request("/idx/torch/").respond_with_data(html_page(entries), content_type="text/html")
     index = httpserver.url_for("/idx")
-    with pytest.raises(IndexError_) as info:
+    with pytest.raises(PackageIndexError) as info:
         torch_index.resolve_nightly(index)
     message = info.value.message
     assert message.startswith(f"no matching torch wheel at {index}: ")
@@ -166,7 +166,7 @@ def test_corrupted_download_is_reported_and_not_cached(httpserver, cache):
     wrong = sha256(b"what the index promised")
     entries = [(f"{paths[NEWEST_OURS]}#sha256={wrong}", NEWEST_OURS)]
     httpserver.expect_request("/simple/torch/").respond_with_data(html_page(entries), content_type="text/html")
-    with pytest.raises(IndexError_) as info:
+    with pytest.raises(PackageIndexError) as info:
         torch_acquire.plan(torchspec.parse("nightly"), index_url=httpserver.url_for("/simple"), cache=cache)
     assert f"sha256 mismatch for {httpserver.url_for(paths[NEWEST_OURS])}" in info.value.message
     assert f"index says {wrong}, download has {sha256(payload(NEWEST_OURS))}" in info.value.message
@@ -217,15 +217,26 @@ def test_an_index_that_never_answers_times_out_clearly():
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)  # accepted by the kernel, never answered
         index = f"http://127.0.0.1:{listener.getsockname()[1]}/simple"
-        with pytest.raises(IndexError_, match=r"did not answer within 0.5 s"):
+        with pytest.raises(PackageIndexError, match=r"did not answer within 0.5 s"):
             torch_index.fetch_project(index, timeout=0.5)
 
 
 def test_http_500_is_reported(httpserver):
     httpserver.expect_request("/broken/torch/").respond_with_data("oops", status=500)
-    with pytest.raises(IndexError_, match=r"failed: HTTP 500 INTERNAL SERVER ERROR for http://127\.0\.0\.1"):
+    with pytest.raises(PackageIndexError, match=r"failed: HTTP 500 INTERNAL SERVER ERROR for http://127\.0\.0\.1"):
         torch_index.fetch_project(httpserver.url_for("/broken"))
 
+
+def test_a_5xx_is_asked_again_and_a_404_is_not(httpserver):
+    httpserver.expect_oneshot_request("/flaky/torch/").respond_with_data("busy", status=503)
+    httpserver.expect_request("/flaky/torch/").respond_with_data(html_page([]), content_type="text/html")
+    sleeps: list[float] = []
+    assert torch_index.fetch_project(httpserver.url_for("/flaky"), sleep=sleeps.append) == []
+    assert sleeps == [torch_index.RETRY.backoff_s]
+    httpserver.expect_request("/gone/torch/").respond_with_data("Not Found", status=404)
+    with pytest.raises(PackageIndexError, match="has no project 'torch'"):
+        torch_index.fetch_project(httpserver.url_for("/gone"), sleep=sleeps.append)
+    assert sleeps == [torch_index.RETRY.backoff_s]
 
 def _closed_port() -> int:
     with socket.socket() as s:

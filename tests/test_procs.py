@@ -54,3 +54,11 @@ def test_one_enormous_line_stays_bounded():
     assert result.ok
     assert len(result.output_tail) == 1000
     assert result.output_truncated
+
+
+def test_stderr_kept_apart_leaves_stdout_parseable(tmp_path):
+    log = tmp_path / "git.log"
+    code = "import sys; print('answer'); print('warning: noise', file=sys.stderr)"
+    result = procs.run([sys.executable, "-c", code], timeout=30, log=log, separate_stderr=True)
+    assert result.ok and result.output_tail == "answer\n" and result.stderr_tail == "warning: noise\n"
+    assert "answer" in log.read_text() and "warning: noise" in log.read_text()

@@ -414,6 +414,19 @@ def test_test_results_stay_small_however_many_tests_fail(tmp_path):
     assert len(json.dumps(relay.fit(many), separators=(",", ":"))) <= relay.TEST_RESULTS_LIMIT
 
 
+def test_the_step_runs_of_a_bisection_are_not_runs_of_the_pr(tmp_path):
+    runs = tmp_path / "runs"
+    write_run(runs, "openreg-pr", failing=("integration::test_a",))
+    bisection = runs / "bisect-openreg-1"
+    bisection.mkdir()
+    (bisection / record_files.BISECT_NAME).write_text("{}")  # only its place matters to the finders
+    write_run(bisection / "steps", "openreg-step-1", failing=("integration::test_b",))
+    (runs / "broken").mkdir()
+    (runs / "broken" / record_files.RECORD_NAME).write_text("{not json")
+    records, rejected = relay.read_records(runs)
+    assert [r.run_id for r in records] == ["openreg-pr"] and rejected == 1
+    assert [d.name for d, _ in record_files.find_runs(runs)] == ["broken", "openreg-pr"]
+
 def test_retries_back_off_exponentially_up_to_a_cap():
     retry = relay.Retry(backoff_s=2, max_delay_s=20)
     assert [retry.delay(n) for n in (1, 2, 3, 4, 5)] == [2, 4, 8, 16, 20]

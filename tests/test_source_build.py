@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ootci.runner import envs, torch_acquire, torch_source, torchspec
-from ootci.runner.errors import IndexError_, TorchSpecError
+from ootci.runner.errors import PackageIndexError, TorchBuildError, TorchSpecError
 
 REPO = Path(__file__).resolve().parent.parent
 OOTCI = REPO / ".venv" / "bin" / "ootci"
@@ -173,7 +173,7 @@ def test_an_unreachable_repository_is_reported_via_the_cli(tmp_path):
     result = subprocess.run([OOTCI, "torch", "git:main", "--torch-repo", str(missing), "--dry-run"],
                             capture_output=True, text=True, timeout=120,
                             env=dict(os.environ, OOTCI_CACHE=str(tmp_path / "cache")))
-    assert result.returncode == IndexError_.exit_code
+    assert result.returncode == PackageIndexError.exit_code
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"ootci: cannot read torch repository {missing}: ")
 
@@ -227,7 +227,7 @@ def test_build_produces_a_wheel_whose_git_version_is_the_commit(upstream, build_
 
 @pytest.mark.slow
 def test_a_failing_build_is_one_line_with_its_root_cause(upstream, build_cache):
-    with pytest.raises(torch_source.TorchBuildError) as info:
+    with pytest.raises(TorchBuildError) as info:
         torch_acquire.plan(torchspec.parse("pr:9"), torch_repo=upstream["url"], cache=build_cache)
     error = info.value
     log = build_cache / "logs" / "torch-source-pr-9.log"

@@ -12,7 +12,7 @@ import pytest
 from ootci.runner import classify, manifest, models
 from ootci.runner.errors import ManifestError
 from ootci.runner.models import Outcome
-from ootci.runner.suite_runner import SUITES_DIR
+from ootci.runner.suite_runner import SUITES_DIR, first_failing_test
 
 
 def _manifest(tmp_path: Path, extra: str) -> manifest.Manifest:
@@ -70,9 +70,10 @@ def test_expected_failure_that_fails_is_xfailed_and_one_that_passes_is_xpassed(m
 
 
 def test_xpassed_fails_the_stage_and_flaky_does_not():
-    assert classify.stage_is_ok([_result("a", Outcome.flaky), _result("b", Outcome.xfailed)])
-    assert not classify.stage_is_ok([_result("a", Outcome.xpassed)])
-    assert not classify.stage_is_ok([_result("a", Outcome.crashed)])
+    # A suite stage fails on any outcome that is not ok, and names the first such test (suite_runner).
+    assert first_failing_test([_result("a", Outcome.flaky), _result("b", Outcome.xfailed)]) is None
+    assert first_failing_test([_result("a", Outcome.passed), _result("b", Outcome.xpassed)]).culprit == "b"
+    assert first_failing_test([_result("a", Outcome.crashed)]).culprit == "a"
 
 
 def test_unmatched_entries_are_named(m):

@@ -12,7 +12,7 @@ import pytest
 from packaging.tags import sys_tags
 
 from ootci.runner import torch_acquire, torchspec
-from ootci.runner.errors import TorchSpecError, UsageError
+from ootci.runner.errors import TorchSpecError, TorchWheelNotFound, UsageError
 
 REPO = Path(__file__).resolve().parent.parent
 OOTCI = REPO / ".venv" / "bin" / "ootci"
@@ -87,7 +87,7 @@ def test_typos_and_bad_values_get_one_clear_line(raw, expected):
 
 def test_missing_wheel_is_its_own_error_naming_the_path(tmp_path):
     missing = tmp_path / "dist" / "torch-2.13.0-cp311-cp311-linux_x86_64.whl"
-    with pytest.raises(torchspec.TorchWheelNotFound) as info:
+    with pytest.raises(TorchWheelNotFound) as info:
         torchspec.parse(str(missing))
     assert info.value.message == f"torch wheel not found: {missing}"
     assert info.value.exit_code == TorchSpecError.exit_code

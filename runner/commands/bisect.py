@@ -11,8 +11,8 @@ from .. import bisect, bisect_search, registry
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, OotciError, OutputError, UsageError
 from ..models import SUITES, RunRecord, Status
 from ..pipeline import Interrupted, interrupt_handlers
+from ..record_files import find_runs
 from ..verify import import_cost_runs
-from .history import find_runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -144,12 +144,12 @@ def print_turned_red(runs: list[Path]) -> int:
 
 
 def dry_run(b: bisect.Bisection) -> int:
-    o = b.o
-    print(f"bisect {o.manifest.name}: good {o.good}, bad {o.bad} (a dry run writes nothing; "
-          f"the bisection would be written under {o.out})")
+    options = b.options
+    print(f"bisect {options.manifest.name}: good {options.good}, bad {options.bad} (a dry run writes nothing; "
+          f"the bisection would be written under {options.out})")
     for end in (b.good, b.bad):
         if end.record is None:
-            print(f"  would first run {end.given} (suites: {','.join(o.suites) or 'none'})")
+            print(f"  would first run {end.given} (suites: {','.join(options.suites) or 'none'})")
     if b.good.record is None or b.bad.record is None:
         return 0
     predicate = bisect.derive_predicate(b.good.record, b.bad.record)
@@ -162,7 +162,7 @@ def dry_run(b: bisect.Bisection) -> int:
     round_ = b.first_round(axis, b.good.record, b.bad.record)
     rounds = [round_]
     inner = round_.candidates[1:-1]
-    if o.commits and round_.axis == "torch" and not inner:
+    if options.commits and round_.axis == "torch" and not inner:
         rounds.append(b.commit_round(round_.candidates[0], round_.candidates[-1], round_.fixed,
                                      round_.backend_commit))
     for r in rounds:
@@ -175,7 +175,7 @@ def dry_run(b: bisect.Bisection) -> int:
             print(f"  {c.label}  {c.spec}{extra}" + (f"  {c.subject}" if c.subject else ""))
         for note in r.notes:
             print(f"  note: {note}")
-    if o.commits and round_.axis == "torch" and inner:
+    if options.commits and round_.axis == "torch" and inner:
         print("then: the PyTorch commits between the two adjacent torches found (git: source builds)")
     return 0
 
@@ -199,10 +199,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                                         started_at=bisect.now(), good=options.good, bad=options.bad)
             return dry_run(bisect.Bisection(options, state, options.out / "dry-run"))
         b, _ = bisect.start(options, ["ootci", "bisect", *sys.argv[2:]])
-    print(f"ootci bisect: {b.o.manifest.name}, good {b.o.good}, bad {b.o.bad} -> {b.dir}/{bisect.BISECT_NAME}")
+    print(f"ootci bisect: {b.options.manifest.name}, good {b.options.good}, bad {b.options.bad} "
+          f"-> {b.dir}/{bisect.BISECT_NAME}")
     with interrupt_handlers():
         try:
-            b.go()
+            b.search()
         except (KeyboardInterrupt, Interrupted) as exc:
             name = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
             bisect.finish(b, interrupted=name)

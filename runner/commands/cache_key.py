@@ -29,7 +29,7 @@ import argparse
 import platform
 import re
 
-from .. import envs, registry, sources, torch_acquire, torchspec
+from .. import envs, registry, sources, torch_acquire, torch_source, torchspec
 from ..envs import cache_root
 from ..errors import UsageError
 from ..manifest import Manifest
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trigger", default="manual", choices=TRIGGERS,
                    help="what starts the run: pr keys never meet the others' (default manual)")
     p.add_argument("--index-url", help="package index for nightly torch (default $OOTCI_TORCH_INDEX or PyTorch's)")
-    p.add_argument("--torch-repo", help="PyTorch git repository for git:/pr: specs (default $OOTCI_TORCH_REPO or GitHub)")
+    p.add_argument("--torch-repo", help=torch_source.REPO_HELP)
     p.set_defaults(func=cmd_cache_key)
 
 

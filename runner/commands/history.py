@@ -21,14 +21,14 @@ import datetime as dt
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
 from .. import __version__, atomic, history_store, record_files, registry
-from ..errors import OotciError, OutputError, UnknownBackendError, UsageError
+from ..errors import GitError, OutputError, PublishError, UnknownBackendError, UsageError
+from ..git import git
 from ..manifest import Manifest
 from ..pipeline import ci_run_url, new_run_id
 from ..models import BisectRecord, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
@@ -38,12 +38,6 @@ PUSH_ATTEMPTS = 4
 RUNS_DIR = "runs"
 """the history's run directories, in the data branch (the workflows merge into and build from it)"""
 GIT_TIMEOUT_S = 300
-
-
-class PublishError(OotciError):
-    """The history could not be committed or pushed."""
-
-    exit_code = 9
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -103,22 +97,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 # -- merge -------------------------------------------------------------------------
 
-def find_runs(source: Path) -> list[tuple[Path, RunRecord | None]]:
-    """Every run directory under `source`, with its record (None when it does not load).
-    The runs of a bisection's steps are part of the bisection, not runs of the history."""
-    runs = []
-    bisections = {p.parent for p in source.rglob(record_files.BISECT_NAME)}
-    for record_file in sorted(source.rglob(record_files.RECORD_NAME)):
-        if any(parent in bisections for parent in record_file.parents):
-            continue
-        try:
-            record = RunRecord.model_validate_json(record_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError, ValidationError):
-            record = None
-        runs.append((record_file.parent, record))
-    return runs
-
-
 def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str, list[str]]:
     """Add new run directories to the history `into` (see history_store: the header and packed
     tests, no logs); returns run ids by what happened to them."""
@@ -129,7 +107,7 @@ def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str
             continue
         if not source.is_dir():
             raise UsageError(f"history merge: {source} is not a directory")
-        for run_dir, record in find_runs(source):
+        for run_dir, record in record_files.find_runs(source):
             if run_dir.resolve().is_relative_to(into.resolve()):
                 continue
             if record is None or record.run_id != run_dir.name:
@@ -290,7 +268,7 @@ def fill_missing(entries: list[dict], runs: Path, reason: str, *, trigger: str, 
         except UnknownBackendError as exc:
             raise UnknownBackendError(f"{where}: include[{i}].name: {exc.message}") from None
         manifests.setdefault(manifest.name, (manifest, entry))
-    found = find_runs(runs) if runs.is_dir() else []
+    found = record_files.find_runs(runs) if runs.is_dir() else []
     present = {record.backend for _, record in found if record is not None}
     now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     written = []
@@ -322,20 +300,25 @@ def cmd_fill_missing(args: argparse.Namespace) -> int:
 
 # -- pull and push -----------------------------------------------------------------
 
-def _git(checkout: Path, *args: str, env: dict[str, str] | None = None,
-         check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
-    identity = ["-c", "user.name=ootci", "-c", "user.email=ootci@users.noreply.github.com"]
+# Commits of the data branch are ootci's, whoever runs it: the runner may have no git identity.
+IDENTITY = ("user.name=ootci", "user.email=ootci@users.noreply.github.com")
+
+
+def _git(checkout: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
+    """git in the history checkout; a failure there means the history was not published (PublishError)."""
     try:
-        result = subprocess.run(["git", "-C", str(checkout), *identity, *args], capture_output=True,
-                                text=True, env=env, timeout=GIT_TIMEOUT_S, input=stdin)
-    except FileNotFoundError:
-        raise PublishError("git is not installed") from None
-    except subprocess.TimeoutExpired:
-        raise PublishError(f"git {args[0]} took longer than {GIT_TIMEOUT_S}s") from None
-    if check and result.returncode != 0:
-        detail = (result.stderr or result.stdout).strip().splitlines()
-        raise PublishError(f"git {args[0]} failed in {checkout}: {detail[-1] if detail else result.returncode}")
-    return result
+        return git(checkout, *args, config=IDENTITY, env=env, input_text=stdin, timeout=GIT_TIMEOUT_S)
+    except GitError as exc:
+        raise PublishError(exc.message) from None
+
+
+def _git_or_none(checkout: Path, *args: str, env: dict[str, str] | None = None) -> str | None:
+    """git's stdout in the history checkout, or None when git says no (a remote or a work tree
+    that is not there, nothing staged): for the questions whose failure is an answer."""
+    try:
+        return git(checkout, *args, config=IDENTITY, env=env, timeout=GIT_TIMEOUT_S)
+    except GitError:
+        return None
 
 
 def _default_remote() -> str:
@@ -349,13 +332,13 @@ def _remote_url(checkout: Path, remote: str | None) -> str:
     if remote:
         if "://" in remote or os.path.isabs(remote):
             return remote
-        found = _git(checkout, "remote", "get-url", remote, check=False)
-        if found.returncode != 0:
+        found = _git_or_none(checkout, "remote", "get-url", remote)
+        if found is None:
             raise UsageError(f"--remote: no remote named {remote!r} in {checkout}")
-        return found.stdout.strip()
-    found = _git(checkout, "remote", "get-url", "origin", check=False)
-    if found.returncode == 0:
-        return found.stdout.strip()
+        return found.strip()
+    found = _git_or_none(checkout, "remote", "get-url", "origin")
+    if found is not None:
+        return found.strip()
     return _default_remote()
 
 
@@ -389,11 +372,11 @@ def pull(checkout: Path, branch: str, remote: str | None, latest: int | None = h
     checkout.mkdir(parents=True, exist_ok=True)
     env = _auth_env(url)
     heads = _git(checkout, "ls-remote", "--heads", url, branch, env=env)
-    if heads.stdout.strip() and latest is None:
+    if heads.strip() and latest is None:
         # Only the tip: records are immutable, their history is not needed to add more.
         _git(checkout, "clone", "-q", "--depth", "1", "--branch", branch, "--single-branch", url, ".", env=env)
         return f"cloned {branch}"
-    if heads.stdout.strip():
+    if heads.strip():
         _git(checkout, "clone", "-q", "--depth", "1", "--filter=blob:none", "--no-checkout", "--branch", branch,
              "--single-branch", url, ".", env=env)
         # Headers first; they tell which runs get a page, and only those are then fetched whole.
@@ -424,27 +407,30 @@ def cmd_pull(args: argparse.Namespace) -> int:
 def push(checkout: Path, branch: str, remote: str | None, message: str) -> str:
     """Commit everything in `checkout` and push it to `branch`; returns what was done."""
     checkout.mkdir(parents=True, exist_ok=True)
-    inside = _git(checkout, "rev-parse", "--show-toplevel", check=False)
-    if inside.returncode != 0 or Path(inside.stdout.strip()).resolve() != checkout.resolve():
+    inside = _git_or_none(checkout, "rev-parse", "--show-toplevel")
+    if inside is None or Path(inside.strip()).resolve() != checkout.resolve():
         _git(checkout, "init", "-q", "-b", branch)
     url = _remote_url(checkout, remote)
     env = _auth_env(url)
     # --sparse: after a partial pull, new run directories lie outside the sparse patterns.
     _git(checkout, "add", "-A", "--sparse")
-    if _git(checkout, "diff", "--cached", "--quiet", check=False).returncode == 0:
+    if _git_or_none(checkout, "diff", "--cached", "--quiet") is not None:  # exit 0: nothing staged
         return "nothing new to commit"
     _git(checkout, "commit", "-q", "-m", message)
+    refused = ""
     for _ in range(PUSH_ATTEMPTS):
-        pushed = _git(checkout, "push", "-q", url, f"HEAD:refs/heads/{branch}", env=env, check=False)
-        if pushed.returncode == 0:
+        try:
+            git(checkout, "push", "-q", url, f"HEAD:refs/heads/{branch}", config=IDENTITY, env=env,
+                timeout=GIT_TIMEOUT_S)
             return f"pushed to {branch}"
+        except GitError as exc:
+            refused = exc.detail
         # Someone else pushed first. Records are new files, so replaying ours on top of
         # theirs cannot conflict.
-        if _git(checkout, "fetch", "-q", url, branch, env=env, check=False).returncode != 0:
+        if _git_or_none(checkout, "fetch", "-q", url, branch, env=env) is None:
             break
         _git(checkout, "rebase", "-q", "FETCH_HEAD")
-    detail = (pushed.stderr or pushed.stdout).strip().splitlines()
-    raise PublishError(f"git push to {branch} failed: {detail[-1] if detail else pushed.returncode}")
+    raise PublishError(f"git push to {branch} failed: {refused}")
 
 
 def cmd_push(args: argparse.Namespace) -> int:

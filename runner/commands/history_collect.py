@@ -22,14 +22,14 @@ import argparse
 import datetime as dt
 import json
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import atomic
-from ..errors import GitHubError, OutputError, UsageError
+from ..errors import GitError, GitHubError, OutputError, UsageError
+from ..git import git
 from ..github_artifacts import REPOSITORY_ENV, Artifact, GitHub, RefusedArchive, WorkflowRun, extract
-from ..relay import Retry
+from ..http import Retry
 
 LEDGER = "collected"
 """directory of the history checkout holding a marker per collected artifact"""
@@ -91,11 +91,10 @@ def committed_markers(history: Path, days: list[str]) -> set[int]:
     (then what is new is downloaded once more, and `ootci history merge` finds its runs present)."""
     paths = [f"{LEDGER}/{day}" for day in days]
     try:
-        listed = subprocess.run(["git", "-C", str(history), "ls-tree", "-r", "--name-only", "HEAD", "--", *paths],
-                                capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return set()
-    return _ids(listed.stdout.splitlines()) if listed.returncode == 0 else set()
+        listed = git(history, "ls-tree", "-r", "--name-only", "HEAD", "--", *paths, timeout=GIT_TIMEOUT_S)
+    except GitError:
+        return set()  # no checkout, no commit yet, or no git: nothing is known to be collected
+    return _ids(listed.splitlines())
 
 
 def known_ids(into: Path, history: Path | None, days: list[str]) -> set[int]:

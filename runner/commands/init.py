@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import onboard
+from .. import onboard, torch_source
 from ..errors import EXIT_FAILED, UsageError
 from ..report import Reporter
 
@@ -28,18 +28,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also write .github/workflows/ootci-pytorch-pr.yml: PyTorch pull requests that PyTorch's "
                         "relay dispatches to this repository, tested on this backend")
     p.add_argument("--index-url", help="package index for a nightly torch (default $OOTCI_TORCH_INDEX or PyTorch's)")
+    p.add_argument("--torch-repo", help=torch_source.REPO_HELP)
     p.add_argument("--jobs", type=int, help="parallel build jobs (MAX_JOBS)")
     p.add_argument("--cache", type=Path, help="cache directory (default $OOTCI_CACHE or ~/.cache/ootci)")
     p.set_defaults(func=cmd_init)
 
 
-def cmd_init(args: argparse.Namespace) -> int:
+def options_from(args: argparse.Namespace) -> onboard.InitOptions:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")
-    options = onboard.InitOptions(repo=args.dir, torch=args.torch, force=args.force, probe=args.probe,
-                                  device=args.device, index_url=args.index_url, jobs=args.jobs,
-                                  cache=args.cache.absolute() if args.cache else None,
-                                  pytorch_prs=args.pytorch_prs)
+    return onboard.InitOptions(repo=args.dir, torch=args.torch, force=args.force, probe=args.probe,
+                               device=args.device, index_url=args.index_url, torch_repo=args.torch_repo,
+                               jobs=args.jobs, cache=args.cache.absolute() if args.cache else None,
+                               pytorch_prs=args.pytorch_prs)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    options = options_from(args)
     result = onboard.init(options, Reporter())
     if not result.written:
         print(f"ootci init: nothing written: {result.failure}", file=sys.stderr)

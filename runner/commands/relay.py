@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import registry, relay
 from ..errors import OotciError, RelayError, UsageError
+from ..http import Retry
 from ..models import COMMIT_SHA, DELIVERY_ID
 from ..report import escape_workflow_command
 from .registry import matrix_entries
@@ -196,7 +197,7 @@ def _report(args: argparse.Namespace) -> int:
     if torch_instead:
         test_results = {**(test_results or {"schema": "ootci/1"}), "torch_instead_of_pr": torch_instead}
 
-    retry = relay.Retry(attempts=args.attempts, backoff_s=args.backoff, timeout_s=args.timeout)
+    retry = Retry(attempts=args.attempts, backoff_s=args.backoff, timeout_s=args.timeout)
     delivery = relay.report(dispatch.envelope, args.status, conclusion, url=url, workflow=workflow,
                             test_results=test_results, audience=args.audience,
                             in_progress_first=args.in_progress_first, retry=retry)

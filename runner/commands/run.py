@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from .. import registry, torch_acquire, torchspec
+from .. import registry, torch_acquire, torch_source, torchspec
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError, UsageError
 from ..pipeline import Interrupted, interrupt_handlers, run_backend
 from ..models import COMMIT_SHA, DELIVERY_ID
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", type=Path, help="use this existing environment under test instead of a fresh venv")
     p.add_argument("--suites", default="smoke,integration", help="comma-separated suites to run: smoke, integration or none (default: both)")
     p.add_argument("--index-url", help="package index for nightly torch (default $OOTCI_TORCH_INDEX or PyTorch's)")
-    p.add_argument("--torch-repo", help="PyTorch git repository for git:/pr: specs (default $OOTCI_TORCH_REPO or GitHub)")
+    p.add_argument("--torch-repo", help=torch_source.REPO_HELP)
     p.add_argument("--dry-run", action="store_true", help="print what would run (the torch plan, the stages) and stop")
     p.add_argument("--trigger", default="manual", choices=["manual", "nightly", "pr"])
     p.add_argument("--pr", type=int, help="PyTorch PR number the run belongs to")

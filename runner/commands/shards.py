@@ -32,7 +32,6 @@ from ..errors import OutputError, UsageError
 from ..models import (SEVERITY, SHARD_GROUP, SUITES, RootCause, RunRecord, StageResult, Status, TestResult,
                       overall_status, worst_of)
 from ..suite_runner import first_failing_test
-from .history import find_runs
 
 
 
@@ -94,7 +93,7 @@ def collect(sources: list[Path], expect: int | None = None) -> tuple[list[Group]
     for source in sources:
         if not source.is_dir():
             raise UsageError(f"shards merge: {source} is not a directory")
-        for run_dir, header in find_runs(source):
+        for run_dir, header in record_files.find_runs(source):
             if header is None:
                 notes.append(f"skipped {run_dir}: record.json does not load")
                 continue

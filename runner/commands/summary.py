@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 
 from ..models import RunRecord, Status, worst_of
+from ..record_files import find_runs
 from ..report import ICONS
-from .history import find_runs
 
 NO_RUNS = Status.missing.value
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .. import envs, record_files, registry, suite_runner
-from ..errors import EXIT_FAILED, EnvironmentError_, UsageError
+from ..errors import EXIT_FAILED, TargetEnvironmentError, UsageError
 from ..models import RunRecord, Status, TorchInfo
 from ..stages.base import RunContext, RunOptions
 
@@ -47,7 +47,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     args.out = args.out.absolute()
     python = args.python if args.python.is_absolute() else Path.cwd() / args.python
     if not python.exists():
-        raise EnvironmentError_(f"--python {args.python}: no such interpreter")
+        raise TargetEnvironmentError(f"--python {args.python}: no such interpreter")
     vendor_names = [v.name for v in manifest.suites.vendor]
     if args.suite not in suite_runner.SUITE_STAGES and args.suite not in vendor_names:
         known = ", ".join([*suite_runner.SUITE_STAGES, *vendor_names])

@@ -24,7 +24,7 @@ import os
 from _probe import arm, attempt, emit, sample_tensor, split_list, torch_state
 
 
-class No(Exception):
+class Unsupported(Exception):
     """A clear "not supported" that is not an error of the backend (one device, no autocast)."""
 
 
@@ -61,7 +61,7 @@ def fork_safe(dev: str) -> str:
     import time
 
     if not hasattr(os, "fork"):
-        raise No("no os.fork on this platform")
+        raise Unsupported("no os.fork on this platform")
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -79,13 +79,14 @@ def fork_safe(dev: str) -> str:
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            raise No(f"a child forked after `import torch` hung on the device for {FORK_TIMEOUT_S:g} s")
+            raise Unsupported(f"a child forked after `import torch` hung on the device for {FORK_TIMEOUT_S:g} s")
         time.sleep(0.05)
     if os.WIFSIGNALED(status):
-        raise No(f"a child forked after `import torch` was killed by {signal.Signals(os.WTERMSIG(status)).name} "
-                 "when it used the device")
+        raise Unsupported(f"a child forked after `import torch` was killed by "
+                          f"{signal.Signals(os.WTERMSIG(status)).name} when it used the device")
     if os.WEXITSTATUS(status):
-        raise No(f"a child forked after `import torch` could not use the device (exit code {os.WEXITSTATUS(status)})")
+        raise Unsupported(f"a child forked after `import torch` could not use the device "
+                          f"(exit code {os.WEXITSTATUS(status)})")
     return "a child forked after `import torch` uses the device"
 
 
@@ -94,7 +95,7 @@ def synchronize(dev: str) -> str:
 
     module = torch.get_device_module(dev)
     if not callable(getattr(module, "synchronize", None)):
-        raise No(f"torch.{dev} has no synchronize()")
+        raise Unsupported(f"torch.{dev} has no synchronize()")
     y = torch.arange(4, device=dev) + 1
     module.synchronize()
     assert y.cpu().tolist() == [1, 2, 3, 4], "work before synchronize() computed wrong values"
@@ -106,7 +107,7 @@ def multi_device(dev: str) -> str:
 
     count = int(torch.get_device_module(dev).device_count())
     if count < 2:
-        raise No(f"{count} device visible")
+        raise Unsupported(f"{count} device visible")
     second = torch.arange(6.0, device=f"{dev}:0").to(f"{dev}:1")
     assert second.device.index == 1, f"a copy to {dev}:1 landed on {second.device}"
     assert second.cpu().tolist() == [0.0, 1, 2, 3, 4, 5], "a copy between devices changed the values"
@@ -158,7 +159,7 @@ def autocast(dev: str) -> str:
     import torch
 
     if not torch.amp.is_autocast_available(dev):
-        raise No("torch.amp.is_autocast_available() is False")
+        raise Unsupported("torch.amp.is_autocast_available() is False")
     low = torch.get_autocast_dtype(dev)
     a = torch.randn(8, 8, device=dev)
     with torch.autocast(device_type=dev, dtype=low):
@@ -257,7 +258,7 @@ def dtype_works(dev: str, name: str) -> str:
 
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
-        raise No(f"torch has no dtype {name!r}")
+        raise Unsupported(f"torch has no dtype {name!r}")
     host = sample_tensor(dtype)
     back = host.to(dev).cpu()
     assert back.dtype == dtype and torch.equal(back, host), "the copy back differs"
@@ -268,7 +269,7 @@ def dtype_works(dev: str, name: str) -> str:
         try:
             function(dev, dtype)
         except Exception as exc:
-            raise No(f"smoke {test}: {type(exc).__name__}: {exc}") from None
+            raise Unsupported(f"smoke {test}: {type(exc).__name__}: {exc}") from None
         ran.append(test)
     return f"round trip and the smoke suite's {len(ran)} dtype tests"
 
@@ -279,7 +280,7 @@ def check(item: str, action) -> None:
     def answer():
         try:
             return {"works": True, "detail": action()}
-        except No as exc:
+        except Unsupported as exc:
             return {"works": False, "detail": str(exc)}
 
     emit(item, **attempt(answer))

@@ -12,7 +12,7 @@ still gets its test signal.
 
 from __future__ import annotations
 
-from ..errors import EnvironmentError_
+from ..errors import TargetEnvironmentError
 from ..models import RootCause, StageResult, Status
 from ..verify import DEFAULT_TIMEOUT, import_cost_runs, verify
 from .base import RunContext
@@ -31,7 +31,7 @@ def run(ctx: RunContext) -> StageResult:
                         jobs=max(1, min(ctx.options.jobs or 2, 4)), log=ctx.log_path(NAME),
                         build_torch=ctx.build_torch,
                         torch_under_test=(under_test.version, under_test.git_version) if under_test else None)
-    except EnvironmentError_ as exc:  # no interpreter or no torch: nothing to probe
+    except TargetEnvironmentError as exc:  # no interpreter or no torch: nothing to probe
         cause = RootCause(kind="error", summary=exc.message, hint="the environment under test is not usable")
         return StageResult(name=NAME, status=Status.failed, summary=exc.message, root_cause=cause)
     cost = next((c.data for c in result.checks if c.name == "import_cost" and c.data), {})

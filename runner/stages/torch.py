@@ -8,8 +8,8 @@ pins it (runner/torch_pin.py).
 from __future__ import annotations
 
 from .. import envs, torch_acquire, torch_pin, torchspec
+from ..errors import TorchBuildError
 from ..models import Status, StageResult, TorchInfo
-from ..torch_source import TorchBuildError
 from .base import RunContext, config_failure
 
 NAME = "torch"
