@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .records import FAILING
-from .store import Index, Run
+from ootci.dashboard.records import FAILING
+from ootci.dashboard.store import Index, Run
 
 FLAKY_WINDOW = 30
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")

@@ -18,8 +18,8 @@ from typing import Literal
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import Required, TypedDict
 
-from ..runner import packed_tests, record_files
-from ..runner.models import BisectRecord, Outcome, RunRecord
+from ootci.runner.records import packed_tests, record_files
+from ootci.runner.models import BisectRecord, Outcome, RunRecord
 
 RECORD_NAME = record_files.RECORD_NAME
 BISECT_NAME = record_files.BISECT_NAME
@@ -115,7 +115,7 @@ class Digest:
     that gets a page), so a build never reads the test lists of a year of history.
     """
 
-    testset: str | None  # runner.record_files.ids_hash of the ids (None: the tests could not be read)
+    testset: str | None  # runner.records.record_files.ids_hash of the ids (None: the tests could not be read)
     ids: list[str] | None  # the ids, when this process has not sent this testset before
     ops: bytes | None = b""  # zlib JSON {op: {"ok": [dtypes], "bad": [...], "skip": [...]}}; None: not worked out
     xfail: dict[str, str] = field(default_factory=dict)  # xfailed/xpassed test id -> reason (message)

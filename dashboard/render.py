@@ -15,8 +15,8 @@ import operator
 import jinja2
 from markupsafe import Markup, escape
 
-from .records import FAILING
-from .store import Run, safe_name
+from ootci.dashboard.records import FAILING
+from ootci.dashboard.store import Run, safe_name
 
 # Bump when templates or page layout change: the next build re-renders every page.
 RENDERER_VERSION = "10"

@@ -22,11 +22,13 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..runner import history_store, models, procs
+from ootci.runner.history import history_store
+from ootci.runner import models
+from ootci.runner.core import procs
 
-from . import analysis, records, render
-from .records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
-from .store import Index, Run, safe_name
+from ootci.dashboard import analysis, records, render
+from ootci.dashboard.records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
+from ootci.dashboard.store import Index, Run, safe_name
 
 STAMP = ".ootci-build.json"
 # Two weeks of nights: 100 backends' pages stay well under GitHub Pages' 1 GB (docs/dashboard.md).

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from .records import FAILING, NO_TESTS, Digest, RunSummary
+from ootci.dashboard.records import FAILING, NO_TESTS, Digest, RunSummary
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);

@@ -21,8 +21,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runner import packed_tests, record_files
-from ..runner.models import (
+from ootci.runner.records import packed_tests, record_files
+from ootci.runner.models import (
     SUITES,
     Outcome,
     RootCause,
@@ -268,7 +268,7 @@ def fast_nights(backends: int, nights: int, tests: int, *, start_night: int = 0,
                             "duration_s": 1.5, "started_at": started.isoformat(), "log": f"logs/{s}.log",
                             "summary": "", "counts": {}})
                 for s in STAGES)
-            # Named as runner.pipeline.new_run_id names runs (the history's partial pull reads the names).
+            # Named as runner.stages.pipeline.new_run_id names runs (the history's partial pull reads the names).
             run_id = f"{name}-{started:%Y%m%dT%H%M%SZ}-{night:06x}"
             head = {
                 "schema_version": 1, "run_id": run_id, "backend": name, "device": device,
@@ -290,7 +290,7 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
                only: int | None = None, progress=None) -> int:
     """Write backends x nights records of `tests` tests each without building models.
 
-    Each run is the record.json and tests.json that runner.record_files writes; a passing
+    Each run is the record.json and tests.json that runner.records.record_files writes; a passing
     test list is rendered once per backend and a handful of entries are swapped per night
     (failures, flakes).
     Returns the bytes written.
@@ -320,7 +320,7 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
 
 
 def write_store_fast(runs: Path, backends: int, nights: int, tests: int, *, progress=None) -> int:
-    """The same runs as write_fast, laid out as the history keeps them (runner.history_store):
+    """The same runs as write_fast, laid out as the history keeps them (runner.history.history_store):
     headers, results packed against one shared test set per backend, no logs. Durations vary
     from night to night as real ones do (they are most of a packed run's bytes).
     Returns the bytes written."""

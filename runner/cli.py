@@ -7,8 +7,9 @@ import importlib
 import sys
 from pathlib import Path
 
-from . import __version__, registry
-from .errors import OotciError
+from ootci.runner import __version__
+from ootci.runner.manifests import registry
+from ootci.runner.core.errors import OotciError
 
 # Subcommand modules, in the order `ootci --help` lists them. Each has
 # `register(subparsers)`, which adds its parser and sets `func`.

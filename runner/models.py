@@ -159,7 +159,7 @@ class RunRecord(_Model):
     interrupted: str | None = Field(default=None, description="signal or reason when the run was cut short")
     stages: list[StageResult] = Field(default_factory=list)
     tests: list[TestResult] = Field(
-        default_factory=list, description="every test; on disk they live in `tests_file` (see runner/record_files.py)"
+        default_factory=list, description="every test; on disk they live in `tests_file` (see runner/records/record_files.py)"
     )
     tests_file: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$",
@@ -167,7 +167,7 @@ class RunRecord(_Model):
     )
     test_counts: dict[Outcome, int] = Field(default_factory=dict, description="outcome -> number of tests")
     test_ids_hash: str | None = Field(
-        default=None, description="fingerprint of the set of test ids (runner.record_files.ids_hash): "
+        default=None, description="fingerprint of the set of test ids (runner.records.record_files.ids_hash): "
         "runs with equal hashes ran the same tests"
     )
     notable_tests: dict[str, Outcome] = Field(

@@ -36,11 +36,11 @@ from urllib.parse import urlsplit
 
 import requests
 
-from . import record_files
-from .errors import RelayError, UsageError
-from .http import GaveUp, Retry, Tried, excerpt, send
-from .manifest import Manifest
-from .models import COMMIT_SHA, DELIVERY_ID, Outcome, RunRecord
+from ootci.runner.records import record_files
+from ootci.runner.core.errors import RelayError, UsageError
+from ootci.runner.core.http import GaveUp, Retry, Tried, excerpt, send
+from ootci.runner.manifests.manifest import Manifest
+from ootci.runner.models import COMMIT_SHA, DELIVERY_ID, Outcome, RunRecord
 
 AUDIENCE = "pytorch-cross-repo-ci-relay"
 """The audience the relay verifies OIDC tokens for (utils/jwt_helper.py, AUDIENCE)."""

@@ -2,7 +2,7 @@
 
 The test suite runs in the orchestrator venv, which has no torch. Everything that
 needs torch runs in a real venv built here, layered over one cached torch install
-(see runner/envs.py), exactly as `ootci run` does it.
+(see runner/torch_supply/envs.py), exactly as `ootci run` does it.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def repo() -> Path:
 @pytest.fixture(scope="session")
 def torch_layer():
     """The cached venv with torch 2.13.0, numpy, pytest (never unpinned torch here)."""
-    from ootci.runner import envs
+    from ootci.runner.torch_supply import envs
 
     env, _ = envs.torch_layer([TORCH_SPEC], TORCH_SPEC)
     return env
@@ -56,7 +56,7 @@ def layer_torch(torch_layer) -> dict:
     Tests compare with this rather than with literals: `pip install torch==2.13.0` is the
     local CPU wheel (2.13.0+cpu) here, and may be another build of 2.13.0 elsewhere.
     """
-    from ootci.runner import envs
+    from ootci.runner.torch_supply import envs
 
     return envs.torch_info(torch_layer.python)
 
@@ -64,7 +64,8 @@ def layer_torch(torch_layer) -> dict:
 @pytest.fixture(scope="session")
 def make_env(torch_layer, tmp_path_factory):
     """make_env(*pip_args) -> Env: a fresh venv over the torch layer with pip_args installed."""
-    from ootci.runner import envs, procs
+    from ootci.runner.torch_supply import envs
+    from ootci.runner.core import procs
 
     def make(*pip_args: str, name: str = "env"):
         env = envs.layered_env(torch_layer, tmp_path_factory.mktemp(name) / "venv")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import record_files
+from ootci.runner.records import record_files
 from ootci.runner.models import BisectRecord, Status, Verdict
 from tests.support import bisect_repo
 from tests.support.cli import ootci

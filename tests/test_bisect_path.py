@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import manifest as manifest_mod
+from ootci.runner.manifests import manifest as manifest_mod
 from ootci.runner.models import BisectRecord, Verdict
 from tests.support.bisect_repo import commit, git
 from tests.support.cli import ootci

@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from ootci.runner import bisect, bisect_candidates, bisect_search, errors, models, record_files, torch_index
-from ootci.runner.bisect_search import Ended, Probe, Step
+from ootci.runner.bisection import bisect, bisect_candidates, bisect_search
+from ootci.runner.core import errors
+from ootci.runner import models
+from ootci.runner.records import record_files
+from ootci.runner.torch_supply import torch_index
+from ootci.runner.bisection.bisect_search import Ended, Probe, Step
 from ootci.runner.models import (Outcome, RootCause, RunRecord, StageResult, Status, TorchInfo,
                                  Verdict)
 from tests.support.cli import ootci
@@ -339,7 +343,7 @@ def test_a_missing_end_is_named(tmp_path):
 # -- the walk of one round, with steps that return records --------------------------------
 
 def bisection(tmp_path: Path, max_steps: int = 20) -> bisect.Bisection:
-    from ootci.runner import registry
+    from ootci.runner.manifests import registry
     from ootci.runner.models import BisectRecord
 
     options = bisect.BisectOptions(manifest=registry.resolve("openreg"), good="2.13.0", bad="2.15.0",
@@ -432,5 +436,5 @@ def test_history_merge_keeps_the_bisection_with_more_steps(tmp_path):
     held = BisectRecord.model_validate_json(next(history.glob("*/bisect.json")).read_text())
     assert held.state == "finished" and held.steps_taken() == 2
     # The step's run is part of the bisection: merging runs does not take it as a run of the history.
-    from ootci.runner.record_files import find_runs
+    from ootci.runner.records.record_files import find_runs
     assert find_runs(history) == []

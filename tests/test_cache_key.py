@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import cli, envs, torchspec
+from ootci.runner import cli
+from ootci.runner.torch_supply import envs, torchspec
 from ootci.runner.commands import cache_key
-from ootci.runner.errors import ManifestError, UnknownBackendError, UsageError
+from ootci.runner.core.errors import ManifestError, UnknownBackendError, UsageError
 
 from test_nightly import NEWEST_OURS, OLDER_OURS, html_page, serve_wheels
 
@@ -38,7 +39,7 @@ def toy(tmp_path) -> Path:
 
 
 def keys(name: str | Path, torch: str = "2.13.0", trigger: str = "manual", **kwargs) -> dict[str, str]:
-    from ootci.runner import registry
+    from ootci.runner.manifests import registry
     return cache_key.cache_keys(registry.resolve(str(name)), torchspec.parse(torch), trigger, **kwargs)
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from ootci.runner import github_artifacts
-from ootci.runner.errors import GitHubError
-from ootci.runner.http import Retry
+from ootci.runner.history import github_artifacts
+from ootci.runner.core.errors import GitHubError
+from ootci.runner.core.http import Retry
 from tests.support import fake_github
 from tests.support.cli import ootci
 from tests.support.fake_github import REPOSITORY, STORAGE_HOST, TOKEN, FakeGitHub, zipped

@@ -16,7 +16,7 @@ import pytest
 
 from ootci.dashboard import render, site, synthetic
 from ootci.dashboard.store import safe_name
-from ootci.runner import record_files
+from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, RunRecord
 
 SCENARIOS = {s.name: s for s in synthetic.default_scenarios()}
@@ -579,7 +579,7 @@ def test_changed_record_replaces_its_page(tmp_path):
 
 def test_records_of_a_real_ootci_run(tmp_path):
     """`ootci run` against an interpreter without torch writes a real failing record."""
-    from ootci.runner import registry
+    from ootci.runner.manifests import registry
 
     name = registry.load_all()[0].name
     runs, out = tmp_path / "runs", tmp_path / "site"
@@ -643,7 +643,7 @@ def test_a_missing_night_neither_starts_nor_ends_a_red_stretch(tmp_path):
     """tenstorrent: green until night 9, red from night 10; night 12 left no record. The culprit
     range, the new failures and the nightly a PR run compares with come from the runs that have
     results; the latest run shown is the missing one."""
-    from ootci.runner import registry
+    from ootci.runner.manifests import registry
     from ootci.runner.commands import history
 
     data, out = tmp_path / "runs", tmp_path / "site"

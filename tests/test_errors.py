@@ -1,4 +1,4 @@
-"""Every error a user can see is one class in runner/errors.py, with an exit code the table lists once."""
+"""Every error a user can see is one class in runner/core/errors.py, with an exit code the table lists once."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-from ootci.runner import errors
+from ootci.runner.core import errors
 
 REPO = Path(__file__).resolve().parents[1]
-ERRORS_PY = REPO / "runner" / "errors.py"
+ERRORS_PY = REPO / "runner" / "core" / "errors.py"
 
 
 def every_subclass(cls: type) -> list[type]:
@@ -76,7 +76,7 @@ def test_a_git_failure_names_the_command_and_what_git_said():
 
 
 def test_git_raises_one_git_error_with_its_stderr(tmp_path):
-    from ootci.runner import git
+    from ootci.runner.core import git
 
     try:
         git.git(tmp_path, "rev-parse", "--verify", "no-such-ref", config=[f"safe.directory={tmp_path}"], timeout=30)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import record_files
+from ootci.runner.records import record_files
 from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
 from tests.support.cli import ootci
 
@@ -53,7 +53,7 @@ def test_merge_adds_new_runs_without_their_logs_and_keeps_existing_ones(tmp_path
     assert "2 added, 1 already present, 0 skipped" in result.stdout
     assert sorted(p.name for p in history.iterdir()) == ["ascend-npu-3", "openreg-1", "openreg-2"]
     assert (history / "openreg-1" / "record.json").read_text() == kept  # immutable: never overwritten
-    # The logs stay in the workflow run's artifacts (runner/history_store.py): the history keeps the header.
+    # The logs stay in the workflow run's artifacts (runner/history/history_store.py): the history keeps the header.
     assert [p.name for p in (history / "openreg-2").iterdir()] == ["record.json"]
 
 

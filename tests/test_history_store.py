@@ -15,7 +15,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from ootci.dashboard import site
-from ootci.runner import history_store, packed_tests, record_files
+from ootci.runner.history import history_store
+from ootci.runner.records import packed_tests, record_files
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
 from tests.support.cli import ootci

@@ -18,8 +18,11 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from ootci.runner import cli, device_probe, manifest, onboard, project_metadata
-from ootci.runner.errors import ProjectError
+from ootci.runner import cli
+from ootci.runner.verification import device_probe
+from ootci.runner.manifests import manifest
+from ootci.runner.onboarding import onboard, project_metadata
+from ootci.runner.core.errors import ProjectError
 
 from support.cli import ootci
 from support.init_fixtures import BACKENDS, materialize
@@ -256,7 +259,7 @@ def test_the_missing_entry_point_message_shows_the_snippet_for_the_file_that_dec
 def test_the_probe_has_a_check_for_every_capability():
     import ast
 
-    from ootci.runner.manifest import Capability
+    from ootci.runner.manifests.manifest import Capability
 
     script = ast.parse((REPO / "runner" / "probes" / "capabilities.py").read_text())
     checks = next(n for n in script.body if isinstance(n, ast.Assign) and n.targets[0].id == "CHECKS")

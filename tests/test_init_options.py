@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from ootci.runner import cli, onboard, torchspec
+from ootci.runner import cli
+from ootci.runner.onboarding import onboard
+from ootci.runner.torch_supply import torchspec
 from ootci.runner.commands import init
-from ootci.runner.report import Reporter
+from ootci.runner.stages.report import Reporter
 
 FORK = "https://github.com/acme/pytorch"
 

@@ -1,4 +1,4 @@
-"""The known-failures file (runner/known_failures.py) and `ootci expect`: written, read back,
+"""The known-failures file (runner/manifests/known_failures.py) and `ootci expect`: written, read back,
 updated from a run, named in the manifest; every mistake in it is one line naming the file."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import classify, known_failures, manifest, record_files
-from ootci.runner.errors import ManifestError
+from ootci.runner.suite_runs import classify
+from ootci.runner.manifests import known_failures, manifest
+from ootci.runner.records import record_files
+from ootci.runner.core.errors import ManifestError
 from ootci.runner.models import Outcome, RunRecord, TorchInfo
 from ootci.runner.models import TestResult as Result
 from tests.support.cli import ootci

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import manifest, registry
-from ootci.runner.errors import ManifestError, UnknownBackendError
-from ootci.runner.manifest import Capability
+from ootci.runner.manifests import manifest, registry
+from ootci.runner.core.errors import ManifestError, UnknownBackendError
+from ootci.runner.manifests.manifest import Capability
 from tests.support.cli import ootci
 
 REPO = Path(__file__).resolve().parent.parent

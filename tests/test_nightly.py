@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from packaging.tags import sys_tags
 
-from ootci.runner import torch_acquire, torch_index, torchspec
-from ootci.runner.errors import PackageIndexError
+from ootci.runner.torch_supply import torch_acquire, torch_index, torchspec
+from ootci.runner.core.errors import PackageIndexError
 
 REPO = Path(__file__).resolve().parent.parent
 OOTCI = REPO / ".venv" / "bin" / "ootci"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import cli, registry
+from ootci.runner import cli
+from ootci.runner.manifests import registry
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ import tomllib
 
 import pytest
 
-from ootci.runner import manifest
+from ootci.runner.manifests import manifest
 from ootci.runner.models import Outcome, Status
 from tests.support import partly_red
 from tests.support.cli import ootci

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from ootci.runner import procs
+from ootci.runner.core import procs
 
 
 def test_timeout_kills_the_whole_process_group(tmp_path):

@@ -8,7 +8,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from ootci.runner import record_files
+from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result  # not "Test*": pytest would try to collect it
 

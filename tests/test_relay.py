@@ -23,10 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import record_files, registry, relay
+from ootci.runner.records import record_files
+from ootci.runner.manifests import registry
+from ootci.runner import relay
 from ootci.runner.commands.registry import matrix_entries
-from ootci.runner.errors import RelayError, UsageError
-from ootci.runner.manifest import Manifest
+from ootci.runner.core.errors import RelayError, UsageError
+from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result  # not "Test*": pytest would collect it
 from tests.support.fake_relay import AUDIENCE, REQUEST_TOKEN, FakeRelay

@@ -7,7 +7,7 @@ import io
 import time
 
 from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
-from ootci.runner.report import Reporter, markdown_summary
+from ootci.runner.stages.report import Reporter, markdown_summary
 
 
 def record() -> RunRecord:

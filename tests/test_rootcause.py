@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from ootci.runner import procs, rootcause
+from ootci.runner.core import procs
+from ootci.runner.core import rootcause
 
 
 def run_python(code: str, timeout: float = 30) -> procs.ProcResult:

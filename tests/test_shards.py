@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import manifest, record_files
+from ootci.runner.manifests import manifest
+from ootci.runner.records import record_files
 from ootci.runner.commands import shards
 from ootci.runner.commands.history import merge as history_merge
 from ootci.runner.models import Outcome, RootCause, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
 from ootci.runner.stages.base import RunContext, RunOptions
-from ootci.runner.suite_runner import SUITES_DIR, run_stage
+from ootci.runner.suite_runs.suite_runner import SUITES_DIR, run_stage
 from tests.support.cli import ootci
 from tests.support.records import records_under
 from tests.support.shared_runs import OPENREG_ON_2_13, openreg_on_2_13

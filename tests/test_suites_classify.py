@@ -1,4 +1,4 @@
-"""Expected failures, xpassed, unmatched entries (runner/classify.py), and the plugin's
+"""Expected failures, xpassed, unmatched entries (runner/suite_runs/classify.py), and the plugin's
 view of the manifest vocabulary."""
 
 from __future__ import annotations
@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import classify, manifest, models
-from ootci.runner.errors import ManifestError
+from ootci.runner.suite_runs import classify
+from ootci.runner.manifests import manifest
+from ootci.runner import models
+from ootci.runner.core.errors import ManifestError
 from ootci.runner.models import Outcome
-from ootci.runner.suite_runner import SUITES_DIR, first_failing_test
+from ootci.runner.suite_runs.suite_runner import SUITES_DIR, first_failing_test
 
 
 def _manifest(tmp_path: Path, extra: str) -> manifest.Manifest:

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from ootci.runner import envs, procs, record_files
+from ootci.runner.torch_supply import envs
+from ootci.runner.core import procs
+from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, Status
 from tests.support.cli import ootci
 

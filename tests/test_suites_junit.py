@@ -1,4 +1,4 @@
-"""JUnit ingestion (runner/junit.py): ootci's streaming files, pytest's own, generic
+"""JUnit ingestion (runner/suite_runs/junit.py): ootci's streaming files, pytest's own, generic
 JUnit, files cut off by a crash, and the classified file ootci writes back."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import junit
+from ootci.runner.suite_runs import junit
 from ootci.runner import models
 from ootci.runner.models import Outcome
-from ootci.runner.suite_runner import SUITES_DIR
+from ootci.runner.suite_runs.suite_runner import SUITES_DIR
 
 SYNTHETIC = Path(__file__).parent / "fixtures" / "backends" / "synthetic" / "suite"
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import junit, manifest, record_files, suite_runner
+from ootci.runner.suite_runs import junit, suite_runner
+from ootci.runner.manifests import manifest
+from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, Status
 from tests.support.cli import ootci as run_ootci
 
@@ -217,7 +219,7 @@ def test_the_suite_time_limit_names_the_test_it_stopped(torch_layer, tmp_path):
 
 
 def test_vendor_suites_keep_the_integration_stage_on():
-    from ootci.runner import pipeline
+    from ootci.runner.stages import pipeline
     from ootci.runner.stages import RunOptions
 
     m = manifest.load(SYNTHETIC)

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from ootci.runner import envs, torch_pin
+from ootci.runner.torch_supply import envs, torch_pin
 from ootci.runner.models import BisectRecord, RunRecord, Status, Verdict, variant_index
-from ootci.runner.verify import ABI_HINT
+from ootci.runner.verification.verify import ABI_HINT
 from tests.support import real_wheels
 from tests.support.cli import ootci
 from tests.support.records import only_record

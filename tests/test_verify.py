@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import manifest as manifest_mod
-from ootci.runner import record_files
+from ootci.runner.manifests import manifest as manifest_mod
+from ootci.runner.records import record_files
 from ootci.runner.models import Status
-from ootci.runner.verify import verify
+from ootci.runner.verification.verify import verify
 from support.fixture_backends import backend_env_factory, build_wheels, manifest_path
 from support.cli import ootci
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import rootcause
-from ootci.runner.verify import PROBES
+from ootci.runner.core import rootcause
+from ootci.runner.verification.verify import PROBES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -117,7 +117,7 @@ def test_tensor_round_trip_covers_complex_dtypes(torch_layer):
 
 
 def test_import_cost_runs_come_from_the_environment_and_a_bad_value_is_one_line(monkeypatch, tmp_path):
-    from ootci.runner.verify import DEFAULT_RUNS, RUNS_VARIABLE, import_cost_runs
+    from ootci.runner.verification.verify import DEFAULT_RUNS, RUNS_VARIABLE, import_cost_runs
     from tests.support.cli import ootci
 
     monkeypatch.delenv(RUNS_VARIABLE, raising=False)

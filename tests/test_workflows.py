@@ -333,7 +333,7 @@ def test_bisect_keeps_its_record_when_the_bisection_fails():
 
 
 def test_bisect_pulls_the_history_for_run_ids_as_ootci_bisect_reads_them():
-    from ootci.runner.bisect import RUN_ID
+    from ootci.runner.bisection.bisect import RUN_ID
 
     [pull] = [s for s in load(BISECT)["jobs"]["bisect"]["steps"] if "ootci history pull" in s.get("run", "")]
     assert "!env.ACT" in pull["if"]
@@ -596,7 +596,7 @@ def test_a_source_build_of_torch_caches_what_ootci_reuses_where_ootci_keeps_it()
     """ccache is installed, and the ccache directory and the PyTorch git mirror that a source
     build uses are restored at the paths ootci uses, before the build; saved after it, under the
     key that was restored, at most once a week (defect 8 of issue 22: not one entry per run)."""
-    from ootci.runner.torch_source import Layout
+    from ootci.runner.torch_supply.torch_source import Layout
 
     home = Path("/home/runner")
     layout = Layout(home / ".cache" / "ootci", "https://github.com/pytorch/pytorch.git", "/usr/bin/python3")
@@ -1207,7 +1207,7 @@ def test_a_cache_is_saved_only_from_a_job_that_was_not_cancelled_and_a_layer_onl
 
 @pytest.mark.parametrize("layers, ready", [((True,), "true"), ((True, False), "false"), ((), "false")])
 def test_the_ready_check_reads_ootcis_marker_in_every_layer_it_would_save(tmp_path, layers, ready):
-    from ootci.runner.envs import READY_MARKER
+    from ootci.runner.torch_supply.envs import READY_MARKER
 
     [check] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "layer-ready"]
     torch = tmp_path / "torch"

@@ -7,12 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from .. import bisect, bisect_search, registry
-from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, OotciError, OutputError, UsageError
-from ..models import SUITES, RunRecord, Status
-from ..pipeline import Interrupted, interrupt_handlers
-from ..record_files import find_runs
-from ..verify import import_cost_runs
+from ootci.runner.bisection import bisect, bisect_search
+from ootci.runner.manifests import registry
+from ootci.runner.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, OotciError, OutputError, UsageError
+from ootci.runner.models import SUITES, RunRecord, Status
+from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers
+from ootci.runner.records.record_files import find_runs
+from ootci.runner.verification.verify import import_cost_runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:

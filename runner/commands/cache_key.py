@@ -29,10 +29,12 @@ import argparse
 import platform
 import re
 
-from .. import envs, registry, sources, torch_acquire, torch_source, torchspec
-from ..envs import cache_root
-from ..errors import UsageError
-from ..manifest import Manifest
+from ootci.runner.torch_supply import envs, torch_acquire, torch_source, torchspec
+from ootci.runner.manifests import registry
+from ootci.runner.stages import sources
+from ootci.runner.torch_supply.envs import cache_root
+from ootci.runner.core.errors import UsageError
+from ootci.runner.manifests.manifest import Manifest
 
 TRIGGERS = ("manual", "nightly", "pr")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import OutputError, UsageError
+from ootci.runner.core.errors import OutputError, UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from ...dashboard import site
+    from ootci.dashboard import site
 
     if args.run_pages is None:
         run_pages = site.DEFAULT_RUN_PAGES

@@ -1,7 +1,7 @@
 """`ootci expect --from RUN`: a run's failures become the backend's known failures.
 
 Writes every failed, crashed or timed-out test of the run into the known-failures file
-the backend's manifest names (runner/known_failures.py), creating the file, and naming it
+the backend's manifest names (runner/manifests/known_failures.py), creating the file, and naming it
 in the manifest, the first time. `--prune` removes the listed tests that passed (fixed)
 or that their suite no longer has.
 """
@@ -14,10 +14,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .. import atomic, known_failures, record_files, registry
-from ..errors import UsageError
-from ..manifest import Manifest
-from ..models import RunRecord
+from ootci.runner.core import atomic
+from ootci.runner.manifests import known_failures, registry
+from ootci.runner.records import record_files
+from ootci.runner.core.errors import UsageError
+from ootci.runner.manifests.manifest import Manifest
+from ootci.runner.models import RunRecord
 
 
 def register(sub: argparse._SubParsersAction) -> None:

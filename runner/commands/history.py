@@ -26,13 +26,17 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from .. import __version__, atomic, history_store, record_files, registry
-from ..errors import GitError, OutputError, PublishError, UnknownBackendError, UsageError
-from ..git import git
-from ..manifest import Manifest
-from ..pipeline import ci_run_url, new_run_id
-from ..models import BisectRecord, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
-from . import history_collect
+from ootci.runner import __version__
+from ootci.runner.core import atomic
+from ootci.runner.history import history_store
+from ootci.runner.records import record_files
+from ootci.runner.manifests import registry
+from ootci.runner.core.errors import GitError, OutputError, PublishError, UnknownBackendError, UsageError
+from ootci.runner.core.git import git
+from ootci.runner.manifests.manifest import Manifest
+from ootci.runner.stages.pipeline import ci_run_url, new_run_id
+from ootci.runner.models import BisectRecord, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
+from ootci.runner.commands import history_collect
 
 PUSH_ATTEMPTS = 4
 RUNS_DIR = "runs"

@@ -25,11 +25,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import atomic
-from ..errors import GitError, GitHubError, OutputError, UsageError
-from ..git import git
-from ..github_artifacts import REPOSITORY_ENV, Artifact, GitHub, RefusedArchive, WorkflowRun, extract
-from ..http import Retry
+from ootci.runner.core import atomic
+from ootci.runner.core.errors import GitError, GitHubError, OutputError, UsageError
+from ootci.runner.core.git import git
+from ootci.runner.history.github_artifacts import REPOSITORY_ENV, Artifact, GitHub, RefusedArchive, WorkflowRun, extract
+from ootci.runner.core.http import Retry
 
 LEDGER = "collected"
 """directory of the history checkout holding a marker per collected artifact"""

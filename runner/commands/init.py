@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import onboard, torch_source
-from ..errors import EXIT_FAILED, UsageError
-from ..report import Reporter
+from ootci.runner.onboarding import onboard
+from ootci.runner.torch_supply import torch_source
+from ootci.runner.core.errors import EXIT_FAILED, UsageError
+from ootci.runner.stages.report import Reporter
 
 
 def register(sub: argparse._SubParsersAction) -> None:

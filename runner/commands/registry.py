@@ -9,8 +9,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from .. import manifest as manifest_mod
-from .. import registry
+from ootci.runner.manifests import manifest as manifest_mod
+from ootci.runner.manifests import registry
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,12 +14,13 @@ import re
 import sys
 from pathlib import Path
 
-from .. import registry, relay
-from ..errors import OotciError, RelayError, UsageError
-from ..http import Retry
-from ..models import COMMIT_SHA, DELIVERY_ID
-from ..report import escape_workflow_command
-from .registry import matrix_entries
+from ootci.runner.manifests import registry
+from ootci.runner import relay
+from ootci.runner.core.errors import OotciError, RelayError, UsageError
+from ootci.runner.core.http import Retry
+from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
+from ootci.runner.stages.report import escape_workflow_command
+from ootci.runner.commands.registry import matrix_entries
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,14 +7,15 @@ import re
 import sys
 from pathlib import Path
 
-from .. import registry, torch_acquire, torch_source, torchspec
-from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError, UsageError
-from ..pipeline import Interrupted, interrupt_handlers, run_backend
-from ..models import COMMIT_SHA, DELIVERY_ID
-from ..report import Reporter
-from .shards import check_group, default_group, parse_shard
-from ..stages import SUITE_STAGES, RunOptions
-from ..verify import import_cost_runs
+from ootci.runner.manifests import registry
+from ootci.runner.torch_supply import torch_acquire, torch_source, torchspec
+from ootci.runner.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError, UsageError
+from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers, run_backend
+from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
+from ootci.runner.stages.report import Reporter
+from ootci.runner.commands.shards import check_group, default_group, parse_shard
+from ootci.runner.stages import SUITE_STAGES, RunOptions
+from ootci.runner.verification.verify import import_cost_runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -95,8 +96,8 @@ def preflight(options: RunOptions) -> torch_acquire.TorchPlan:
 
 
 def print_plan(manifests, options: RunOptions, plan: torch_acquire.TorchPlan) -> None:
-    from ..pipeline import skip_reason
-    from ..stages import STAGES
+    from ootci.runner.stages.pipeline import skip_reason
+    from ootci.runner.stages import STAGES
 
     print(f"torch {options.torch}:")
     for step in plan.steps:

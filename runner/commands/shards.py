@@ -27,11 +27,13 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import atomic, junit, record_files
-from ..errors import OutputError, UsageError
-from ..models import (SEVERITY, SHARD_GROUP, SUITES, RootCause, RunRecord, StageResult, Status, TestResult,
+from ootci.runner.core import atomic
+from ootci.runner.suite_runs import junit
+from ootci.runner.records import record_files
+from ootci.runner.core.errors import OutputError, UsageError
+from ootci.runner.models import (SEVERITY, SHARD_GROUP, SUITES, RootCause, RunRecord, StageResult, Status, TestResult,
                       overall_status, worst_of)
-from ..suite_runner import first_failing_test
+from ootci.runner.suite_runs.suite_runner import first_failing_test
 
 
 

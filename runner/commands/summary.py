@@ -13,9 +13,9 @@ import os
 import re
 from pathlib import Path
 
-from ..models import RunRecord, Status, worst_of
-from ..record_files import find_runs
-from ..report import ICONS
+from ootci.runner.models import RunRecord, Status, worst_of
+from ootci.runner.records.record_files import find_runs
+from ootci.runner.stages.report import ICONS
 
 NO_RUNS = Status.missing.value
 

@@ -11,10 +11,13 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from .. import envs, record_files, registry, suite_runner
-from ..errors import EXIT_FAILED, TargetEnvironmentError, UsageError
-from ..models import RunRecord, Status, TorchInfo
-from ..stages.base import RunContext, RunOptions
+from ootci.runner.torch_supply import envs
+from ootci.runner.records import record_files
+from ootci.runner.manifests import registry
+from ootci.runner.suite_runs import suite_runner
+from ootci.runner.core.errors import EXIT_FAILED, TargetEnvironmentError, UsageError
+from ootci.runner.models import RunRecord, Status, TorchInfo
+from ootci.runner.stages.base import RunContext, RunOptions
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,9 +11,9 @@ import argparse
 import json
 from pathlib import Path
 
-from .. import envs, torch_acquire, torchspec
-from ..envs import cache_root
-from ..errors import UsageError
+from ootci.runner.torch_supply import envs, torch_acquire, torchspec
+from ootci.runner.torch_supply.envs import cache_root
+from ootci.runner.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,11 +1,18 @@
-"""The pipeline's stages, in order. Adding a stage: one module, one line here."""
+"""The pipeline: one backend's run, stage by stage, and the stages in order.
+
+Owns running the stages and keeping the RunRecord on disk at every step (`pipeline`), the
+stages themselves (one module each: torch, build, install, autoload, smoke, integration;
+adding a stage is one module and one line below), where a backend's sources are and their
+hash (`sources`), and what a run shows while it works (`report`). May import `suite_runs`,
+`verification`, `torch_supply`, `records`, `manifests`, `core` and `models`.
+"""
 
 from __future__ import annotations
 
-from . import autoload, build, install, integration, smoke
-from . import torch as torch_stage
-from ..models import SUITES
-from .base import RunContext, RunOptions, Stage
+from ootci.runner.stages import autoload, build, install, integration, smoke
+from ootci.runner.stages import torch as torch_stage
+from ootci.runner.models import SUITES
+from ootci.runner.stages.base import RunContext, RunOptions, Stage
 
 STAGES: dict[str, Stage] = {
     torch_stage.NAME: torch_stage,

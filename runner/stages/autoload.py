@@ -1,6 +1,6 @@
 """Stage `autoload`: the autoload verification of the manifest's backend in the environment under test.
 
-The checks and their root causes are those of `ootci verify` (runner/verify.py);
+The checks and their root causes are those of `ootci verify` (runner/verification/verify.py);
 this stage only records them. Each probe's bounded output goes to the stage log.
 
 A failed verification fails the run, but it blocks the suites only when their
@@ -12,10 +12,10 @@ still gets its test signal.
 
 from __future__ import annotations
 
-from ..errors import TargetEnvironmentError
-from ..models import RootCause, StageResult, Status
-from ..verify import DEFAULT_TIMEOUT, import_cost_runs, verify
-from .base import RunContext
+from ootci.runner.core.errors import TargetEnvironmentError
+from ootci.runner.models import RootCause, StageResult, Status
+from ootci.runner.verification.verify import DEFAULT_TIMEOUT, import_cost_runs, verify
+from ootci.runner.stages.base import RunContext
 
 NAME = "autoload"
 # Checks whose failure makes the suites meaningless.

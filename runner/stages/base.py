@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from .. import procs, rootcause
-from ..envs import Env
-from ..manifest import Manifest
-from ..models import SUITES, RootCause, RunRecord, StageResult, Status
-from ..torch_pin import TorchUnderTest
-from ..wheel_metadata import BuildTorch
+from ootci.runner.core import procs
+from ootci.runner.core import rootcause
+from ootci.runner.torch_supply.envs import Env
+from ootci.runner.manifests.manifest import Manifest
+from ootci.runner.models import SUITES, RootCause, RunRecord, StageResult, Status
+from ootci.runner.torch_supply.torch_pin import TorchUnderTest
+from ootci.runner.torch_supply.wheel_metadata import BuildTorch
 
 
 @dataclass

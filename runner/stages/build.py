@@ -21,9 +21,11 @@ from filelock import FileLock
 
 from packaging.utils import canonicalize_name
 
-from .. import envs, procs, sources, torch_pin, wheel_metadata
-from ..models import Status, StageResult
-from .base import RunContext, config_failure, proc_failure
+from ootci.runner.torch_supply import envs, torch_pin, wheel_metadata
+from ootci.runner.core import procs
+from ootci.runner.stages import sources
+from ootci.runner.models import Status, StageResult
+from ootci.runner.stages.base import RunContext, config_failure, proc_failure
 
 NAME = "build"
 

@@ -4,7 +4,7 @@ A fresh venv layered over the torch layer, reused while torch and the wheels are
 unchanged. With --python the user's own environment is used, and its torch is
 left as it is. Either way pip runs with the torch under test pinned, the stage
 says what it installed, and it ends by proving that `import torch` there is still
-the torch under test (runner/torch_pin.py).
+the torch under test (runner/torch_supply/torch_pin.py).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from .. import envs, procs, torch_pin, wheel_metadata
-from ..errors import OotciError
-from ..models import RootCause, Status, StageResult
-from .base import RunContext, config_failure, proc_failure
+from ootci.runner.torch_supply import envs, torch_pin, wheel_metadata
+from ootci.runner.core import procs
+from ootci.runner.core.errors import OotciError
+from ootci.runner.models import RootCause, Status, StageResult
+from ootci.runner.stages.base import RunContext, config_failure, proc_failure
 
 NAME = "install"
 

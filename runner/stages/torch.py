@@ -2,15 +2,15 @@
 
 It also fixes what the rest of the run may not change: the torch under test as its
 interpreter reports it (version, commit, directory), and the pip constraint that
-pins it (runner/torch_pin.py).
+pins it (runner/torch_supply/torch_pin.py).
 """
 
 from __future__ import annotations
 
-from .. import envs, torch_acquire, torch_pin, torchspec
-from ..errors import TorchBuildError
-from ..models import Status, StageResult, TorchInfo
-from .base import RunContext, config_failure
+from ootci.runner.torch_supply import envs, torch_acquire, torch_pin, torchspec
+from ootci.runner.core.errors import TorchBuildError
+from ootci.runner.models import Status, StageResult, TorchInfo
+from ootci.runner.stages.base import RunContext, config_failure
 
 NAME = "torch"
 

@@ -47,7 +47,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import pytest
 
-# Kept in step with runner.manifest.Capability (a test in tests/ checks it).
+# Kept in step with runner.manifests.manifest.Capability (a test in tests/ checks it).
 CAPABILITIES = (
     "synchronize",
     "multi_device",

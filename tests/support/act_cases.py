@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner import record_files
+from ootci.runner.records import record_files
 from ootci.runner.models import RunRecord
 from tests.support.act_harness import act_binary, prepare
 from tests.support.cli import ootci

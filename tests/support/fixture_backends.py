@@ -32,7 +32,8 @@ def _digest() -> str:
 
 def build_wheels(torch_layer) -> dict[str, Path]:
     """fixture directory name -> its wheel."""
-    from ootci.runner import envs, procs
+    from ootci.runner.torch_supply import envs
+    from ootci.runner.core import procs
 
     out = CACHE / "fixture-wheels" / _digest()
     names = sorted(p.parent.name for p in FIXTURES.glob("*/pyproject.toml"))
@@ -71,7 +72,7 @@ def npu_wheel() -> Path | None:
     """torch-npu 2.13.0 from PyPI, cached under .cache/wheels; None when it cannot be fetched."""
     import sys
 
-    from ootci.runner import procs
+    from ootci.runner.core import procs
 
     target = CACHE / "wheels"
     target.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ootci.runner import record_files
+from ootci.runner.records import record_files
 from ootci.runner.models import RunRecord
 
 

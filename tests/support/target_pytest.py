@@ -59,10 +59,10 @@ def venv_python(venv: Path) -> Path:
 
 
 def ensure_layered_env(root: Path, layer, installs: list[list[str]], stamp: str, env: dict | None = None) -> Path:
-    """A venv at `root` over the shared torch layer (runner/envs.py), with each
+    """A venv at `root` over the shared torch layer (runner/torch_supply/envs.py), with each
     `pip install` argument list of `installs` applied; rebuilt only when `stamp`
     (e.g. a hash of the sources being installed) differs from the last success."""
-    from ootci.runner import envs
+    from ootci.runner.torch_supply import envs
 
     marker = root / ".ootci-stamp"
     python = venv_python(root)

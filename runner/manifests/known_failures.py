@@ -1,0 +1,162 @@
+"""A backend's known failures: the baseline file beside its manifest.
+
+A real backend always fails some tests. `ootci expect --from RUN` writes every test
+that did not pass in that run into the file the manifest names (`known_failures =
+"known-failures.toml"`); the next runs then tell what is new from what was already
+broken: a known failure that fails (or crashes, or hangs) again is expected
+(`xfailed`), one that passes is `fixed`, and only a failure that is not in the file
+turns the run red.
+
+The file is made to be reviewed in pull requests: one table per suite, one line per
+test, sorted, so that a diff shows exactly which tests became known or stopped being
+known:
+
+    [integration]
+    "test_opinfo.py::test_compare_cpu[abs-int64]" = { outcome = "failed", torch = "2.13.0+cpu", reason = "..." }
+
+Entries name tests exactly, never by pattern: patterns, with a reason and a link a
+person wrote, are the manifest's own `expected_failures`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ootci.runner.core.errors import ManifestError
+
+DEFAULT_NAME = "known-failures.toml"
+REASON_CHARS = 240
+# FILE_OR_CLASS::NAME[PARAMS] on one line, as pytest and ootci's JUnit reader write ids;
+# no fnmatch wildcards outside the parameters (a pattern belongs in expected_failures).
+_TEST_ID = re.compile(r"^[^\s*?\[\]:][^\n*?\[]*::[^\n*?\[]+(\[[^\n]*\])?$")
+_SUITE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+HEADER = """\
+# Known failures of backend {backend!r}: tests that fail, crash or time out today.
+# Written by `ootci expect --from RUN`; reviewed like code. One line a test, by suite.
+# A run passes when every failure is listed here; a listed test that passes again is
+# reported `fixed`, and `ootci expect --prune --from RUN` removes it.
+# outcome: how it failed when listed; torch: the torch it was seen failing with.
+"""
+
+
+class KnownFailure(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: str = Field(description="failed, error, crashed or timeout, when it was listed")
+    reason: str = Field(description="its message when it was listed")
+    torch: str = Field(default="", description="the torch it was seen failing with")
+
+
+Baseline = dict[str, dict[str, KnownFailure]]
+"""suite -> test id -> entry"""
+
+
+def is_test_id(text: str) -> bool:
+    return bool(_TEST_ID.match(text))
+
+
+def load(path: Path) -> Baseline:
+    """Read and check a baseline file; any problem is one line naming the file and the entry."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: not valid TOML: {exc}") from None
+    baseline: Baseline = {}
+    for suite, tests in data.items():
+        if not isinstance(tests, dict) or not _SUITE.match(suite):
+            raise ManifestError(f"{path}: [{suite}]: expected a table of tests named after a suite")
+        for test_id, entry in tests.items():
+            if not is_test_id(test_id):
+                raise ManifestError(f"{path}: [{suite}] {test_id!r}: not a test id; entries name one test as "
+                                    f"FILE::TEST[PARAMS], as `ootci expect` writes them (patterns belong in the "
+                                    f"manifest's expected_failures)")
+            try:
+                baseline.setdefault(suite, {})[test_id] = KnownFailure.model_validate(entry)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                field = ".".join(str(p) for p in err["loc"]) or "(entry)"
+                raise ManifestError(f"{path}: [{suite}] {test_id!r}: field '{field}': {err['msg']}") from None
+    return baseline
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def _one_line(text: str) -> str:
+    text = _CONTROL.sub(" ", " ".join(text.split()))
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 1].rstrip() + "…"
+
+
+def render(backend: str, baseline: Baseline) -> str:
+    lines = [HEADER.format(backend=backend)]
+    for suite in sorted(baseline):
+        if not baseline[suite]:
+            continue
+        lines.append(f"\n[{suite}]\n")
+        for test_id in sorted(baseline[suite]):
+            e = baseline[suite][test_id]
+            fields = [f"outcome = {json.dumps(e.outcome)}"]
+            if e.torch:
+                fields.append(f"torch = {json.dumps(e.torch)}")
+            fields.append(f"reason = {json.dumps(_one_line(e.reason), ensure_ascii=False)}")
+            lines.append(f"{json.dumps(test_id, ensure_ascii=False)} = {{ {', '.join(fields)} }}\n")
+    return "".join(lines)
+
+
+def entry(outcome: str, message: str, torch: str | None) -> KnownFailure:
+    return KnownFailure(outcome=outcome, reason=_one_line(message) or f"it {outcome}", torch=torch or "")
+
+
+# -- from a run to the file -----------------------------------------------------------------
+
+NOT_PASSING = ("failed", "error", "crashed", "timeout")
+
+
+def update(baseline: Baseline, tests, torch: str | None, *, prune: bool) -> tuple[Baseline, dict[str, int]]:
+    """The baseline after a run's tests (runner.models.TestResult): every test that did not pass
+    and is not yet listed is added; with `prune`, a listed test that passed (fixed) or that its
+    suite no longer has is removed. Entries already listed keep what they said."""
+    new: Baseline = {suite: dict(entries) for suite, entries in baseline.items()}
+    counts = {"added": 0, "removed": 0, "fixed": 0, "kept": 0}
+    seen: dict[str, set[str]] = {}
+    for t in tests:
+        seen.setdefault(t.suite, set()).add(t.id)
+        listed = new.get(t.suite, {}).get(t.id)
+        if t.outcome.value in NOT_PASSING and listed is None:
+            new.setdefault(t.suite, {})[t.id] = entry(t.outcome.value, t.message, torch)
+            counts["added"] += 1
+        elif t.outcome.value == "fixed":
+            counts["fixed"] += 1
+            if prune:
+                del new[t.suite][t.id]
+                counts["removed"] += 1
+    if prune:
+        for suite, ids in seen.items():
+            for test_id in sorted(set(new.get(suite, {})) - ids):
+                del new[suite][test_id]
+                counts["removed"] += 1
+    counts["kept"] = sum(len(v) for v in new.values()) - counts["added"]
+    return {s: e for s, e in new.items() if e}, counts
+
+
+def name_in_manifest(manifest_text: str, file_name: str) -> str:
+    """The manifest's text with `known_failures = "<file>"` among its top-level keys (before the
+    first table, where TOML puts them); the rest of the text, comments included, unchanged."""
+    line = f"known_failures = {json.dumps(file_name)}\n"
+    lines = manifest_text.splitlines(keepends=True)
+    first_table = next((i for i, text in enumerate(lines) if text.lstrip().startswith("[")), len(lines))
+    insert_at = first_table
+    while insert_at > 0 and (not lines[insert_at - 1].strip() or lines[insert_at - 1].lstrip().startswith("#")):
+        insert_at -= 1  # above the blank lines and comments that introduce the first table
+    if insert_at and not lines[insert_at - 1].endswith("\n"):
+        lines[insert_at - 1] += "\n"
+    lines.insert(insert_at, line)
+    return "".join(lines)

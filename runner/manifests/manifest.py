@@ -1,0 +1,418 @@
+"""Backend manifests: `backends/<name>/backend.toml`, one pydantic model.
+
+The model is the single definition of what a manifest may say; its JSON Schema is
+exported by `ootci schema` for editors and check-jsonschema.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import tomllib
+import typing
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
+                      model_validator)
+
+from ootci.runner.manifests import known_failures
+from ootci.runner.core.errors import ManifestError
+from ootci.runner.manifests.known_failures import KnownFailure
+
+
+class Capability(str, Enum):
+    synchronize = "synchronize"
+    """torch.<device>.synchronize(): wait for the device's work"""
+    multi_device = "multi_device"
+    streams = "streams"
+    events = "events"
+    generator = "generator"
+    autocast = "autocast"
+    pinned_memory = "pinned_memory"
+    serialization = "serialization"
+    autograd = "autograd"
+    sparse = "sparse"
+    """sparse layouts: the OpInfos that make or need sparse tensors (to_sparse, sparse.*)"""
+    quantized = "quantized"
+    """quantized tensors (quantize_per_tensor, int_repr, dequantize); op_db has no quantized OpInfo"""
+
+
+class _Strict(BaseModel):
+    # A mistyped key must be an error naming the key, not silently ignored.
+    model_config = ConfigDict(extra="forbid")
+
+
+ENTRY_POINT = re.compile(r"^\s*([\w.-]+)\s*=\s*([\w.]+)\s*:\s*([\w.]+)\s*$")
+
+
+class Source(_Strict):
+    """Where the backend comes from: exactly one of path, git or requirement."""
+
+    path: str | None = Field(default=None, description="directory relative to the manifest")
+    git: str | None = Field(default=None, description="git URL (or local repository path)")
+    ref: str = Field(default="HEAD", description="branch, tag or commit for git")
+    subdir: str = Field(default="", description="package directory inside the git checkout")
+    requirement: str | None = Field(default=None, description="pip requirement of a published package")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Source":
+        given = [k for k in ("path", "git", "requirement") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of 'path', 'git' or 'requirement'")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "path" if self.path else "git" if self.git else "requirement"
+
+
+class Build(_Strict):
+    recipe: Literal["pip-wheel", "command", "prebuilt"] = Field(
+        default="pip-wheel",
+        description="pip-wheel: `pip wheel --no-build-isolation` against the torch under test; "
+        "command: run `command` in the source directory, wheels land in $OOTCI_WHEEL_DIR; "
+        "prebuilt: install the requirement as published",
+    )
+    command: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    extra_requirements: list[str] = Field(
+        default_factory=list, description="installed into the environment under test before the build"
+    )
+    no_deps: bool = Field(default=False, description="install the backend with --no-deps")
+
+
+class Container(_Strict):
+    """The job container, with the fields of a GitHub job's `container:` key (registry credentials
+    are not among them: secrets cannot travel through a manifest or an input)."""
+
+    image: str = Field(min_length=1, description="image, pinned by digest where the registry allows it")
+    options: str = Field(default="", description="extra `docker create` options, e.g. --runtime=habana --ipc=host "
+                         "(GitHub runs the job on a network of its own: no --network)")
+    volumes: list[str] = Field(default_factory=list, description="SOURCE:TARGET[:ro] mounts, e.g. the host's driver")
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
+              Annotated[str, Field(pattern=r"^\S*$")]] = Field(
+        default_factory=dict, description="environment of the container from its start (passed as docker -e: "
+        "no whitespace in values)")
+
+    def workflow_input(self) -> str:
+        """backend.yml's `container` input: the image alone, or JSON with image, options (the environment
+        as -e NAME=VALUE among them) and volumes."""
+        options = " ".join([self.options, *(f"-e {key}={value}" for key, value in self.env.items())]).strip()
+        fields = {"image": self.image, "options": options, "volumes": self.volumes}
+        given = {key: value for key, value in fields.items() if value}
+        return self.image if list(given) == ["image"] else json.dumps(given, separators=(",", ":"))
+
+
+# `container = "image"` (the old form) or a [ci.container] table: the form decides the branch, so a
+# mistake in a table is reported against the table's field, not as "not a string".
+_CONTAINER_FORMS = ("image-string", "container-table")
+
+
+def _container_form(value) -> str:
+    return _CONTAINER_FORMS[1] if isinstance(value, (dict, Container)) else _CONTAINER_FORMS[0]
+
+
+ContainerField = Annotated[
+    Union[Annotated[str, Tag(_CONTAINER_FORMS[0])], Annotated[Container, Tag(_CONTAINER_FORMS[1])]],
+    Discriminator(_container_form),
+]
+
+
+class CI(_Strict):
+    runs_on: list[str] = Field(default_factory=lambda: ["ubuntu-latest"], description="GitHub runner labels")
+    container: ContainerField = Field(
+        default="", description="the job's container: an image, or a table with image, options, volumes and env; "
+        "empty for none")
+    torch: str = Field(default="nightly", description="torch spec used by the nightly matrix")
+    python: str = Field(
+        default="", pattern=r"^(/\S*)?$",
+        description="absolute path of the interpreter in the image whose torch is tested (torch = \"installed\"): "
+        "passed to `ootci run --python`")
+    login_shell: bool = Field(
+        default=False, description="run the job's steps in a login shell (bash -el {0}), for images whose "
+        "environment comes from /etc/profile (CANN's set_env.sh)")
+    use_image_python: bool = Field(
+        default=False, description="run ootci itself on the image's python3 (a venv under runner.temp) instead of "
+        "actions/setup-python, for images setup-python does not support (openEuler); needs Python >= 3.11 and venv")
+    pull_requests: bool | None = Field(
+        default=None,
+        description="run on PyTorch pull requests (`ootci relay plan`); unset: yes, unless the backend is a "
+        "prebuilt package pinned to one torch (`==` in source.requirement), which a PR's torch cannot be",
+    )
+
+    @property
+    def container_spec(self) -> Container | None:
+        """The container as a table, whichever form the manifest used (None: no container)."""
+        if isinstance(self.container, Container):
+            return self.container
+        return Container(image=self.container) if self.container else None
+
+    def container_input(self) -> str:
+        spec = self.container_spec
+        return spec.workflow_input() if spec else ""
+
+
+class VendorSuite(_Strict):
+    name: str
+    path: str | None = Field(default=None, description="pytest path inside the backend's source")
+    command: list[str] = Field(default_factory=list, description="command that writes JUnit XML to $OOTCI_JUNIT")
+    requirements: list[str] = Field(
+        default_factory=list, description="what the suite's tests import besides torch and the backend (pip "
+        "requirements, e.g. \"psutil>=5\"): installed into the environment under test, torch pinned, before it runs")
+
+    @model_validator(mode="after")
+    def _one(self) -> "VendorSuite":
+        if bool(self.path) == bool(self.command):
+            raise ValueError("give exactly one of 'path' or 'command'")
+        return self
+
+
+class Suites(_Strict):
+    smoke: bool = True
+    integration: bool = True
+    vendor: list[VendorSuite] = Field(default_factory=list)
+    crash_isolation: Literal["process", "fork"] = Field(
+        default="process", description="how a test that crashes the interpreter is contained: 'process' starts a "
+        "new interpreter (or xdist worker) after each crash; 'fork' runs the tests in forked children of a process "
+        "that imported torch and the backend, so a crash costs a fork, not an interpreter start and a collection. "
+        "'fork' needs a backend that does not start its device when imported (`ootci init` probes it)")
+
+
+class ExpectedFailure(_Strict):
+    test: str = Field(description="test id, or an fnmatch pattern of test ids")
+    reason: str
+    link: str = Field(default="", description="tracking issue")
+    torch: str = Field(default="", description="torch versions it applies to, as a PEP 440 specifier "
+                       "(e.g. '<2.15' or '>=2.14,<2.16'); empty for every torch")
+
+    @field_validator("torch")
+    @classmethod
+    def _specifier(cls, value: str) -> str:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise ValueError("expected a version specifier such as '<2.15' or '>=2.14,<2.16'") from None
+        return value
+
+    def applies_to(self, torch_version: str | None) -> bool:
+        """Does the entry hold for the torch under test (its public version: 2.14.0 for 2.14.0+cu130)?"""
+        if not self.torch or not torch_version:
+            return True
+        try:
+            public = Version(torch_version).public
+        except InvalidVersion:
+            return True
+        return SpecifierSet(self.torch).contains(public, prereleases=True)
+
+
+class Timeouts(_Strict):
+    """Seconds."""
+
+    torch: float = 3600
+    build: float = 1800
+    install: float = 900
+    autoload: float = 300
+    smoke: float = 900
+    integration: float = 3600
+    test: float = Field(default=300, description="one test, before it counts as a hang")
+
+
+class Manifest(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    description: str = ""
+    device: str = Field(pattern=r"^[a-z_][a-z0-9_]*$", description="torch device type, e.g. npu")
+    distribution: str = Field(description="Python distribution name")
+    import_name: str = Field(description="module the entry point loads")
+    entry_point: str = Field(description="expected `name = module:attr` in group torch.backends")
+    homepage: str = ""
+    source: Source
+    build: Build = Field(default_factory=Build)
+    ci: CI = Field(default_factory=CI)
+    capabilities: list[Capability] = Field(default_factory=list)
+    dtypes: list[str] = Field(default_factory=lambda: ["float32"])
+    suites: Suites = Field(default_factory=Suites)
+    expected_failures: list[ExpectedFailure] = Field(default_factory=list)
+    known_failures: str = Field(
+        default="", description="the baseline file of known failures beside the manifest, written by `ootci expect` "
+        "(e.g. \"known-failures.toml\"); empty for none")
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    retries: int = Field(default=2, ge=0, le=10, description="re-runs of a failing test, to tell flaky from failing")
+
+    # Set by the loader, not by the file.
+    path: Path | None = Field(default=None, exclude=True)
+    known: dict[str, dict[str, KnownFailure]] = Field(default_factory=dict, exclude=True)
+    """the known failures file, read: suite -> test id -> entry"""
+
+    @model_validator(mode="after")
+    def _recipe_fits_source(self) -> "Manifest":
+        # pydantic names the failing field from the error's location: raise with the field in it.
+        if self.build.recipe == "pip-wheel" and self.source.kind == "requirement":
+            raise ValueError("build.recipe: 'pip-wheel' builds from sources, but source.requirement names a "
+                             "published package: use recipe = \"prebuilt\" or give source.path or source.git")
+        if self.build.recipe == "command" and not self.build.command:
+            raise ValueError("build.command: recipe = \"command\" needs the command to run")
+        return self
+
+    @property
+    def pinned_torch(self) -> str | None:
+        """The one torch a prebuilt backend runs with (ci.torch, a version), or None when it builds against any."""
+        if self.build.recipe != "prebuilt":
+            return None
+        try:
+            Version(self.ci.torch)
+        except InvalidVersion:
+            return None
+        return self.ci.torch
+
+    def pull_request_gate(self) -> str | None:
+        """Why this backend does not run on PyTorch pull requests, or None when it does."""
+        if self.ci.pull_requests is not None:
+            return None if self.ci.pull_requests else "[ci] pull_requests = false in its manifest"
+        pin = self.pinned_requirement
+        if pin:
+            return (f"prebuilt {pin} is pinned to one torch, and a pull request builds another "
+                    "(set [ci] pull_requests = true to run it anyway)")
+        return None
+
+    @property
+    def pinned_requirement(self) -> str | None:
+        """source.requirement of a prebuilt backend when it pins one version (`torch-npu==2.13.0`)."""
+        if self.build.recipe != "prebuilt" or not self.source.requirement:
+            return None
+        try:
+            requirement = Requirement(self.source.requirement)
+        except InvalidRequirement:
+            return None
+        if any(s.operator in ("==", "===") and not s.version.endswith("*") for s in requirement.specifier):
+            return self.source.requirement
+        return None
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point_form(cls, value: str) -> str:
+        if not ENTRY_POINT.match(value):
+            raise ValueError("expected 'name = module:attribute'")
+        return value
+
+    @property
+    def entry_point_parts(self) -> tuple[str, str, str]:
+        m = ENTRY_POINT.match(self.entry_point)
+        assert m
+        return m.group(1), m.group(2), m.group(3)
+
+    @property
+    def directory(self) -> Path:
+        assert self.path is not None
+        return self.path.parent
+
+    def known_failures_path(self) -> Path | None:
+        return (self.directory / self.known_failures) if self.known_failures else None
+
+    def source_dir(self) -> Path | None:
+        if self.source.path is None:
+            return None
+        return (self.directory / self.source.path).resolve()
+
+
+def json_schema() -> dict:
+    schema = Manifest.model_json_schema()
+    schema["properties"].pop("path", None)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "ootci backend manifest"
+    return schema
+
+
+def _field_path(loc: tuple) -> str:
+    return ".".join(str(p) for p in _named(loc)) or "(top level)"
+
+
+def _named(loc: tuple) -> tuple:
+    """loc without the tags pydantic adds for the branch of a union (ci.container's forms)."""
+    return tuple(p for p in loc if p not in _CONTAINER_FORMS)
+
+
+def _model_in(annotation) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if found := _model_in(arg):
+            return found
+    return None
+
+
+def _model_at(loc: tuple) -> type[BaseModel]:
+    """The model that owns the field at loc, for 'did you mean' suggestions."""
+    model: type[BaseModel] = Manifest
+    for part in _named(loc)[:-1]:
+        field = model.model_fields.get(str(part))
+        inner = _model_in(getattr(field, "annotation", None))
+        if inner is None:
+            break
+        model = inner
+    return model
+
+
+_CROSS_FIELD = re.compile(r"^([a-z_]+\.[a-z_]+): (.*)$", re.S)
+
+
+def _describe(exc: ValidationError) -> list[str]:
+    """Every problem of a manifest, one line each, misspelt keys first."""
+    errors = exc.errors()
+    lines, suggested = [], set()
+    for err in sorted(errors, key=lambda e: e["type"] != "extra_forbidden"):
+        field = _field_path(err["loc"])
+        value = err.get("input")
+        text = err["msg"].removeprefix("Value error, ")
+        cross = _CROSS_FIELD.match(text) if not err["loc"] else None
+        if cross:  # a rule over several fields names the one to change first
+            field, text, value = cross.group(1), cross.group(2), None
+        if err["type"] == "missing" and field in suggested:
+            continue  # a misspelt key also shows up as a missing one; the misspelling is the news
+        message = f"field '{field}': {text}"
+        if err["type"] == "extra_forbidden":
+            known = [n for n in _model_at(err["loc"]).model_fields if n != "path"]
+            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+            if close:
+                message += f" (did you mean '{close[0]}'?)"
+                suggested.add(_field_path((*err["loc"][:-1], close[0])))
+        elif err["type"] != "missing" and value is not None and not isinstance(value, dict):
+            message += f" (got {value!r})"
+        lines.append(message)
+    return lines
+
+
+def load(path: Path) -> Manifest:
+    """Read and validate one manifest; any problem is one line naming file and field."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: not valid TOML: {exc}") from None
+    if "path" in data:
+        raise ManifestError(f"{path}: field 'path': not allowed in a manifest")
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise ManifestError("\n".join(f"{path}: {line}" for line in _describe(exc))) from None
+    manifest.path = path.resolve()
+    baseline = manifest.known_failures_path()
+    if baseline is not None:
+        if not baseline.is_file():
+            raise ManifestError(f"{path}: field 'known_failures': {baseline} does not exist (`ootci expect --from RUN` "
+                                f"writes it)")
+        manifest.known = known_failures.load(baseline)
+        vendor = {v.name for v in manifest.suites.vendor}
+        unknown = sorted(set(manifest.known) - {"smoke", "integration", *vendor})
+        if unknown:
+            raise ManifestError(f"{baseline}: [{unknown[0]}]: no such suite in {path} (suites: smoke, integration"
+                                f"{''.join(', ' + v for v in sorted(vendor))})")
+    return manifest

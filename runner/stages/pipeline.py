@@ -1,0 +1,194 @@
+"""Run every stage for one backend and keep the RunRecord on disk at every step.
+
+The record is rewritten atomically after each stage, so a run that is killed, times
+out or is interrupted still leaves a valid record saying how far it got. A failed
+stage blocks the ones after it unless it says its failure leaves them meaningful
+(`blocks_later_stages: false` in its data: a failed autoload check that leaves the
+device usable, failing smoke tests on a device that passes others); a stage that runs
+after such failures lists them in its `ran_despite`; a bug in a stage becomes a `crashed` result with
+its traceback in the stage log, never a crash of the runner.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import secrets
+import signal
+import socket
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from ootci.runner import __version__
+from ootci.runner.core import procs
+from ootci.runner.records import record_files
+from ootci.runner.manifests import registry
+from ootci.runner.torch_supply.envs import cache_root
+from ootci.runner.core.errors import OotciError
+from ootci.runner.manifests.manifest import Manifest
+from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo, overall_status, reproduce_command
+from ootci.runner.stages import STAGES, SUITE_STAGES, RunContext, RunOptions
+
+
+class Interrupted(BaseException):
+    """The runner got SIGTERM (SIGINT arrives as KeyboardInterrupt)."""
+
+    def __init__(self, signame: str):
+        super().__init__(signame)
+        self.signame = signame
+
+
+@contextmanager
+def interrupt_handlers() -> Iterator[None]:
+    """Turn SIGTERM into an exception so the record is written before we exit."""
+    def on_term(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def new_run_id(backend: str, started: dt.datetime) -> str:
+    return f"{backend}-{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+def ci_run_url(env: Mapping[str, str] = os.environ) -> str | None:
+    """The GitHub Actions run this process belongs to (where its artifacts are), or None outside one."""
+    server, repository, run = (env.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    if not (server and repository and run and run.isdigit()):
+        return None
+    return f"{server}/{repository}/actions/runs/{run}"
+
+
+def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | None:
+    names = list(STAGES)
+    if options.last_stage and names.index(stage) > names.index(options.last_stage):
+        return f"not needed: only the stages up to {options.last_stage} run"
+    if stage not in SUITE_STAGES:
+        return None
+    if stage not in options.suites:
+        return "not selected (--suites)"
+    if not getattr(manifest.suites, stage) and not (stage == "integration" and manifest.suites.vendor):
+        return "switched off in the manifest ([suites])"  # vendor suites run in the integration stage
+    return None
+
+
+class RecordWriter:
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.path = run_dir / record_files.RECORD_NAME
+
+    def write(self, record: RunRecord) -> None:
+        record_files.write(self.run_dir, record)
+
+
+def run_stage(name: str, ctx: RunContext) -> StageResult:
+    """One stage, timed, with its log; an OotciError or a bug of the stage becomes its result."""
+    stage = STAGES[name]
+    ctx.stage_name = name
+    started = now()
+    t0 = time.monotonic()
+    try:
+        result = stage.run(ctx)
+    except OotciError as exc:
+        result = StageResult(name=name, status=Status.failed, summary=exc.message,
+                             root_cause=RootCause(kind="error", summary=exc.message))
+    except (KeyboardInterrupt, Interrupted):
+        raise
+    except Exception as exc:  # a bug in ootci itself must not lose the run
+        with open(ctx.log_path(name), "a", encoding="utf-8") as log:
+            log.write("\n[ootci] internal error in stage %s\n" % name)
+            log.write(traceback.format_exc())
+        summary = f"ootci internal error: {type(exc).__name__}: {exc}"
+        result = StageResult(name=name, status=Status.crashed, summary=summary,
+                             root_cause=RootCause(kind="error", summary=summary, exception_type=type(exc).__name__,
+                                                  message=str(exc), hint="a bug in ootci: please report it with the stage log"))
+    result.name = name
+    result.started_at = started
+    result.duration_s = round(time.monotonic() - t0, 3)
+    log = ctx.run_dir / "logs" / f"{name}.log"
+    if log.exists():
+        result.log = os.fspath(log.relative_to(ctx.run_dir))
+    return result
+
+
+def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
+    started = now()
+    run_id = new_run_id(manifest.name, started)
+    run_dir = options.out / run_id
+    torch = TorchInfo(spec=options.torch, source=str(options.python) if options.python else None)
+    ref = registry.reference(manifest)  # how the reproduce command names the backend
+    record = RunRecord(
+        run_id=run_id, backend=manifest.name, device=manifest.device, trigger=options.trigger, pr=options.pr,
+        pr_head_sha=options.pr_head_sha, relay_delivery_id=options.relay_delivery_id,
+        torch=torch, python=platform.python_version(),
+        platform=f"{sys.platform}-{platform.machine()}", host=socket.gethostname(),
+        ootci_version=__version__, started_at=started,
+        command=reproduce_command(ref, torch, options.suites, options.shard),
+        shard=options.shard, shard_group=options.shard_group if options.shard else None,
+        ci_run_url=ci_run_url(),
+    )
+    writer = RecordWriter(run_dir)
+    writer.write(record)
+    ctx = RunContext(manifest=manifest, options=options, record=record, run_dir=run_dir,
+                     cache=options.cache or cache_root(), reporter=reporter)
+    reporter.run_started(record, run_dir)
+    blocker: str | None = None
+    skipper: str | None = None  # a stage found nothing to test (a prebuilt backend pinned to another torch)
+    # Stages that failed without blocking the rest, as "<stage>: <summary>": each later stage says it ran despite them.
+    despite: list[str] = []
+    names = list(STAGES)
+    try:
+        for i, name in enumerate(names):
+            if blocker:
+                result = StageResult(name=name, status=Status.blocked, summary=f"blocked: stage '{blocker}' did not pass")
+            elif skipper:
+                result = StageResult(name=name, status=Status.skipped, summary=skipper)
+            elif reason := skip_reason(manifest, options, name):
+                result = StageResult(name=name, status=Status.skipped, summary=reason)
+            else:
+                reporter.stage_started(manifest.name, name)
+                try:
+                    result = run_stage(name, ctx)
+                except (KeyboardInterrupt, Interrupted) as exc:
+                    signame = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
+                    procs.kill_all()
+                    record.interrupted = signame
+                    summary = f"interrupted by {signame}"
+                    record.stages.append(StageResult(name=name, status=Status.failed, summary=summary,
+                                                     root_cause=RootCause(kind="interrupted", summary=summary)))
+                    for rest in names[i + 1:]:
+                        record.stages.append(StageResult(name=rest, status=Status.blocked, summary=summary))
+                    raise
+                if despite:
+                    result.data["ran_despite"] = list(despite)
+                reporter.stage_finished(manifest.name, result)
+                if not result.status.ok and result.data.get("blocks_later_stages", True):
+                    blocker = name
+                elif not result.status.ok:
+                    despite.append(f"{name}: {result.root_cause.summary if result.root_cause else result.summary}")
+                elif result.status is Status.skipped and result.data.get("skip_rest"):
+                    skipper = result.summary
+                if name == "torch":
+                    # From here on the record names the torch as resolved, not as asked for.
+                    record.command = reproduce_command(ref, record.torch, options.suites, options.shard)
+            record.stages.append(result)
+            writer.write(record)
+    finally:
+        record.finished_at = now()
+        record.status = Status.skipped if skipper and not blocker else overall_status(record.stages)
+        writer.write(record)
+    reporter.run_finished(record, writer.path)
+    return record

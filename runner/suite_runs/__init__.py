@@ -1,0 +1,8 @@
+"""Running a test suite in the environment under test, from the orchestrator's side.
+
+Owns starting pytest there with ootci's plugin (`suite_runner`), retries, crash isolation and
+time limits, reading JUnit XML into TestResults (`junit`), and judging outcomes against
+expected and known failures (`classify`). The suites themselves, and the plugin, live in
+`runner/suites/`, which runs inside the environment under test and imports only torch,
+pytest and the stdlib. May import `core`, `manifests`, `records` and `models`.
+"""

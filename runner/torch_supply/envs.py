@@ -1,0 +1,226 @@
+"""Environments under test: fresh venvs, layered over a cached torch.
+
+Installing torch takes half a minute and almost a gigabyte, so it is done once per
+torch spec into a *torch layer* venv. Each environment under test is a fresh venv of
+its own whose site-packages holds a `.pth` line pointing at that layer: torch is
+importable and visible to `importlib.metadata` (so pip sees it as installed and
+entry points are found), while everything the backend installs stays in the
+environment's own site-packages. Environments are keyed, and reused while the key
+(torch, backend sources, Python) is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from ootci.runner.core import procs
+from ootci.runner.core.errors import TargetEnvironmentError
+
+# What every torch layer carries besides torch: the suites need pytest, op_db needs
+# expecttest and numpy, the builds need setuptools/wheel/ninja.
+LAYER_PACKAGES = [
+    "numpy",
+    "pytest",
+    "pytest-xdist",
+    "expecttest",
+    "setuptools",
+    "wheel",
+    "ninja",
+]
+PTH_NAME = "_ootci_torch_layer.pth"
+
+
+READY_MARKER = ".ootci-ready"
+"""written last into a finished environment (JSON: how it was made); without it the environment is rebuilt"""
+
+
+def cache_root() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ootci"
+    return Path(os.environ.get("OOTCI_CACHE", default))
+
+
+def digest(*parts: object, length: int = 16) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(json.dumps(part, sort_keys=True, default=str).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:length]
+
+
+@dataclass(frozen=True)
+class Env:
+    root: Path
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    @property
+    def site_packages(self) -> Path:
+        found = sorted((self.root / "lib").glob("python3*/site-packages"))
+        if not found:
+            raise TargetEnvironmentError(f"{self.root}: not a virtual environment (no site-packages)")
+        return found[0]
+
+    @property
+    def ready_marker(self) -> Path:
+        return self.root / READY_MARKER
+
+    def is_ready(self) -> bool:
+        return self.ready_marker.is_file() and self.python.exists()
+
+
+def python_tag(python: str | Path | None = None) -> str:
+    """'3.11' for the interpreter that builds the venvs."""
+    if python is None:
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    out = procs.run([os.fspath(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], timeout=60,
+                    separate_stderr=True)
+    return out.output_tail.strip()
+
+
+def pip_argv(env: Env, *args: str) -> list[str]:
+    return procs.python_argv(env.python, "-m", "pip", "--disable-pip-version-check", "--no-input", *args)
+
+
+def create_venv(root: Path, *, base_python: str | None = None, log: Path | None = None, timeout: float = 600,
+                with_pip: bool = True) -> Env:
+    """A fresh venv at root (anything already there is removed)."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    argv = [base_python or sys.executable, "-m", "venv", root] + ([] if with_pip else ["--without-pip"])
+    result = procs.run(argv, timeout=timeout, log=log)
+    if not result.ok:
+        raise TargetEnvironmentError(f"could not create a virtual environment at {root}: "
+                                     f"{result.output_tail.strip()[-300:]}")
+    return Env(root)
+
+
+def _finish(env: Env, meta: dict) -> None:
+    tmp = env.ready_marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps(meta, indent=2, default=str))
+    os.replace(tmp, env.ready_marker)
+
+
+def layer_key(key_parts: object, extra_packages: list[str] | None = None) -> str:
+    """The directory name of the torch layer for a torch plan's key, under $OOTCI_CACHE/torch.
+
+    Also what `ootci cache-key` names a workflow's cache after, so that the cache restored
+    is exactly the layer this interpreter would build."""
+    return digest("torch-layer", key_parts, LAYER_PACKAGES + list(extra_packages or []), python_tag())
+
+
+def torch_layer(
+    install_args: list[str],
+    key_parts: object,
+    *,
+    log: Path | None = None,
+    timeout: float = 3600,
+    cache: Path | None = None,
+    extra_packages: list[str] | None = None,
+) -> tuple[Env, bool]:
+    """The cached venv holding torch (installed from install_args); returns (env, reused)."""
+    packages = LAYER_PACKAGES + list(extra_packages or [])
+    env = Env((cache or cache_root()) / "torch" / layer_key(key_parts, extra_packages))
+    env.root.parent.mkdir(parents=True, exist_ok=True)
+    # Parallel runs (and pytest-xdist workers) share the cache: one builds, the rest wait.
+    with FileLock(os.fspath(env.root) + ".lock"):
+        if env.is_ready():
+            return env, True
+        _build_layer(env, install_args, packages, log=log, timeout=timeout)
+    return env, False
+
+
+def _build_layer(env: Env, install_args: list[str], packages: list[str], *, log: Path | None, timeout: float) -> None:
+    # Built in place (console scripts hard-code the venv path); the ready marker,
+    # written last, is what makes it count, so a half-built layer is rebuilt.
+    create_venv(env.root, log=log)
+    result = procs.run(pip_argv(env, "install", *install_args, *packages), timeout=timeout, log=log)
+    if not result.ok:
+        raise TargetEnvironmentError(_pip_failure("install torch", result))
+    _finish(env, {"install_args": install_args, "packages": packages})
+
+
+def _pip_failure(what: str, result: procs.ProcResult) -> str:
+    lines = [l for l in result.output_tail.splitlines() if l.strip()]
+    errors = [l for l in lines if "ERROR" in l or "error:" in l]
+    # pip's last error line for a conflict only says ResolutionImpossible; the line that names
+    # a constraint (a machine-wide cap, or PIP_CONSTRAINT) is the cause a person can act on.
+    capped = [l for l in lines if "(constraint)" in l]
+    detail = (capped or errors or lines or ["no output"])[-1].strip()
+    if result.timed_out:
+        detail = f"timed out after {result.timeout_s:g} s"
+    return f"pip could not {what}: {detail[:400]}"
+
+
+def layered_env(layer: Env, root: Path) -> Env:
+    """A fresh venv at root that sees the torch layer's packages through a .pth file."""
+    # No pip of its own (ensurepip is most of a venv's creation time): `python -m pip`
+    # finds the layer's pip through the .pth file and installs into this venv.
+    env = create_venv(root, with_pip=False)
+    (env.site_packages / PTH_NAME).write_text(os.fspath(layer.site_packages) + "\n")
+    return env
+
+
+def env_under_test(layer: Env, key_parts: object, *, cache: Path | None = None) -> tuple[Env, bool]:
+    key = digest("env", key_parts, os.fspath(layer.root))
+    env = Env((cache or cache_root()) / "envs" / key)
+    if env.is_ready():
+        return env, True
+    return layered_env(layer, env.root), False
+
+
+def mark_ready(env: Env, meta: dict) -> None:
+    _finish(env, meta)
+
+
+JSON_MARKER = "OOTCI-JSON"
+
+
+def json_probe(python: Path | str, code: str, *args: str, timeout: float = 120,
+               env: dict[str, str] | None = None) -> tuple[dict | None, procs.ProcResult]:
+    """Run `code` in `python`; it reports by printing JSON_MARKER + a JSON object.
+
+    Returns that object (None when the probe printed none) and the process, so a
+    caller can say why it failed.
+    """
+    result = procs.run(procs.python_argv(python, "-c", code, *args), timeout=timeout, env=env)
+    for line in result.output_tail.splitlines():
+        if line.startswith(JSON_MARKER):
+            return json.loads(line[len(JSON_MARKER):]), result
+    return None, result
+
+
+_TORCH_INFO = (
+    "import importlib.metadata as md, json, os, torch\n"
+    "try:\n    dist = md.version('torch')\nexcept md.PackageNotFoundError:\n    dist = None\n"
+    f"print({JSON_MARKER!r} + json.dumps({{'version': torch.__version__, "
+    "'git_version': getattr(torch.version, 'git_version', None), 'dist_version': dist, "
+    "'location': os.path.dirname(os.path.realpath(torch.__file__))}))"
+)
+
+
+def torch_info(python: Path | str, *, timeout: float = 120) -> dict:
+    """The torch that `import torch` loads at `python`, without autoload.
+
+    version and git_version are torch's own (torch.__version__, torch.version.git_version);
+    dist_version is what pip sees (2.14.0 where torch says 2.14.0+cu130); location is
+    the directory of the package, so a caller can tell which of two torches it is.
+    """
+    info, result = json_probe(python, _TORCH_INFO, timeout=timeout,
+                              env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    if info is not None:
+        return info
+    from ootci.runner.core.rootcause import from_proc
+
+    cause = from_proc(result, what="import torch")
+    raise TargetEnvironmentError(f"{python}: cannot import torch: {cause.summary if cause else 'no output'}")
