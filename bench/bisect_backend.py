@@ -40,7 +40,7 @@ def main() -> int:
     args = parser.parse_args()
     env = {**os.environ, "OOTCI_CACHE": str(args.cache)}
     from ootci.runner.models import BisectRecord
-    from ootci.runner import record_files
+    from ootci.runner.records import record_files
 
     with tempfile.TemporaryDirectory(prefix="ootci-bisect-bench-") as tmp:
         root = Path(tmp)

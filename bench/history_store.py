@@ -3,7 +3,7 @@
     python bench/history_store.py                      # 100 backends x 365 nights x 2,000 tests
     python bench/history_store.py --backends 10 --keep # smaller, keep the data for another go
 
-The history as the data branch keeps it (runner/history_store.py): headers, results packed
+The history as the data branch keeps it (runner/history/history_store.py): headers, results packed
 against shared test sets, no logs. Phases:
   1. generate the store with the synthetic generator (durations vary per night, as real ones);
   2. its size on disk, and in git once pushed to a bare repository (packed, as GitHub holds it);

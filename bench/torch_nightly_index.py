@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from packaging.tags import sys_tags  # noqa: E402
 
-from ootci.runner import torch_index  # noqa: E402
+from ootci.runner.torch_supply import torch_index  # noqa: E402
 
 PYTHONS = ["cp39", "cp310", "cp311", "cp312", "cp313", "cp313t"]
 
