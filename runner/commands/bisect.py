@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ootci.runner.bisection import bisect, bisect_search
+from ootci.runner.commands import torch_options
 from ootci.runner.manifests import registry
 from ootci.runner.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, OotciError, OutputError, UsageError
 from ootci.runner.models import SUITES, RunRecord, Status
@@ -28,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: the nightlies or releases the index lists between the ends)")
     p.add_argument("--commits", action="store_true",
                    help="torch axis: then walk the PyTorch commits between the two adjacent torches found")
-    p.add_argument("--index-url", help="package index of the torches (nightlies: default PyTorch's nightly index)")
-    p.add_argument("--torch-repo", help="PyTorch git repository for --commits (a local directory is read as it is)")
+    torch_options.add_torch_source(p, index_help="package index of the torches (nightlies: default PyTorch's nightly index)",
+                                   repo_help="PyTorch git repository for --commits (a local directory is read as it is)")
     p.add_argument("--torch", metavar="SPEC", help="backend axis: the torch every step uses "
                    "(default: the bad run's, else the manifest's [ci] torch)")
     p.add_argument("--suites", default="smoke,integration",
@@ -44,8 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--turned-red", action="store_true",
                    help="print, as JSON, each backend whose latest run under --runs is red after a green one "
                         "(good and bad run ids), and stop: what the nightly bisects")
-    p.add_argument("--jobs", type=int, help="parallel build jobs (MAX_JOBS)")
-    p.add_argument("--cache", type=Path, help="cache directory (default $OOTCI_CACHE or ~/.cache/ootci)")
+    torch_options.add_build(p)
     p.set_defaults(func=cmd_bisect)
 
 
@@ -64,6 +64,7 @@ def options_from(args: argparse.Namespace, saved: dict | None = None) -> bisect.
                                      "versions": ",".join(saved["versions"]) if saved.get("versions") else None,
                                      "suites": ",".join(saved.get("suites") or []) or "none",
                                      "runs": [Path(p) for p in saved.get("runs", [])]})
+    source = torch_options.from_args(args)
     if not args.name:
         raise UsageError("give the backend: ootci bisect NAME --good X --bad Y")
     manifest = registry.resolve(args.name)
@@ -79,8 +80,8 @@ def options_from(args: argparse.Namespace, saved: dict | None = None) -> bisect.
         raise OutputError(f"--out: {args.out} exists and is not a directory")
     return bisect.BisectOptions(
         manifest=manifest, good=args.good, bad=args.bad, out=args.out.absolute(), axis=args.axis, versions=versions,
-        commits=args.commits, index_url=args.index_url, torch_repo=args.torch_repo, torch=args.torch,
-        suites=_suites(args.suites), runs=runs, cache=args.cache, jobs=args.jobs, max_steps=args.max_steps)
+        commits=args.commits, index_url=source.index_url, torch_repo=source.torch_repo, torch=args.torch,
+        suites=_suites(args.suites), runs=runs, cache=source.cache, jobs=source.jobs, max_steps=args.max_steps)
 
 
 def _mainline(backend: str, runs: list[Path]) -> list[tuple[RunRecord, Path]]:

@@ -29,7 +29,8 @@ import argparse
 import platform
 import re
 
-from ootci.runner.torch_supply import envs, torch_acquire, torch_source, torchspec
+from ootci.runner.commands import torch_options
+from ootci.runner.torch_supply import envs, torch_acquire, torchspec
 from ootci.runner.manifests import registry
 from ootci.runner.stages import sources
 from ootci.runner.torch_supply.envs import cache_root
@@ -50,8 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch spec as given to `ootci run` (default nightly; not installed)")
     p.add_argument("--trigger", default="manual", choices=TRIGGERS,
                    help="what starts the run: pr keys never meet the others' (default manual)")
-    p.add_argument("--index-url", help="package index for nightly torch (default $OOTCI_TORCH_INDEX or PyTorch's)")
-    p.add_argument("--torch-repo", help=torch_source.REPO_HELP)
+    torch_options.add_torch_source(p)
     p.set_defaults(func=cmd_cache_key)
 
 
@@ -108,8 +108,9 @@ def cache_keys(m: Manifest, spec: torchspec.TorchSpec, trigger: str, *, index_ur
 
 def cmd_cache_key(args: argparse.Namespace) -> int:
     manifest = registry.resolve(args.name)
-    keys = cache_keys(manifest, torchspec.parse(args.torch), args.trigger, index_url=args.index_url,
-                      torch_repo=args.torch_repo)
+    source = torch_options.from_args(args)
+    keys = cache_keys(manifest, torchspec.parse(args.torch), args.trigger, index_url=source.index_url,
+                      torch_repo=source.torch_repo)
     for name, value in keys.items():
         print(f"{name}={value}")
     return 0

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from ootci.runner.onboarding import onboard
-from ootci.runner.torch_supply import torch_source
-from ootci.runner.core.errors import EXIT_FAILED, UsageError
+from ootci.runner.commands import torch_options
+from ootci.runner.core.errors import EXIT_FAILED
 from ootci.runner.stages.report import Reporter
 
 
@@ -28,19 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pytorch-prs", action="store_true",
                    help="also write .github/workflows/ootci-pytorch-pr.yml: PyTorch pull requests that PyTorch's "
                         "relay dispatches to this repository, tested on this backend")
-    p.add_argument("--index-url", help="package index for a nightly torch (default $OOTCI_TORCH_INDEX or PyTorch's)")
-    p.add_argument("--torch-repo", help=torch_source.REPO_HELP)
-    p.add_argument("--jobs", type=int, help="parallel build jobs (MAX_JOBS)")
-    p.add_argument("--cache", type=Path, help="cache directory (default $OOTCI_CACHE or ~/.cache/ootci)")
+    torch_options.add_torch_source(p)
+    torch_options.add_build(p)
     p.set_defaults(func=cmd_init)
 
 
 def options_from(args: argparse.Namespace) -> onboard.InitOptions:
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+    source = torch_options.from_args(args)
     return onboard.InitOptions(repo=args.dir, torch=args.torch, force=args.force, probe=args.probe,
-                               device=args.device, index_url=args.index_url, torch_repo=args.torch_repo,
-                               jobs=args.jobs, cache=args.cache.absolute() if args.cache else None,
+                               device=args.device, index_url=source.index_url, torch_repo=source.torch_repo,
+                               jobs=source.jobs, cache=source.cache,
                                pytorch_prs=args.pytorch_prs)
 
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from ootci.runner.manifests import registry
-from ootci.runner.torch_supply import torch_acquire, torch_source, torchspec
+from ootci.runner.torch_supply import torch_acquire, torchspec
+from ootci.runner.commands import torch_options
 from ootci.runner.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError, UsageError
 from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers, run_backend
 from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
@@ -27,15 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("out/runs"), help="directory for run records (default out/runs)")
     p.add_argument("--python", type=Path, help="use this existing environment under test instead of a fresh venv")
     p.add_argument("--suites", default="smoke,integration", help="comma-separated suites to run: smoke, integration or none (default: both)")
-    p.add_argument("--index-url", help="package index for nightly torch (default $OOTCI_TORCH_INDEX or PyTorch's)")
-    p.add_argument("--torch-repo", help=torch_source.REPO_HELP)
+    torch_options.add_torch_source(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run (the torch plan, the stages) and stop")
     p.add_argument("--trigger", default="manual", choices=["manual", "nightly", "pr"])
     p.add_argument("--pr", type=int, help="PyTorch PR number the run belongs to")
     p.add_argument("--pr-head-sha", metavar="SHA", help="the PR's head commit the run tests (40 hex digits)")
     p.add_argument("--delivery-id", metavar="ID", help="delivery id of PyTorch's relay dispatch that started the run")
-    p.add_argument("--jobs", type=int, help="parallel build jobs (MAX_JOBS)")
-    p.add_argument("--cache", type=Path, help="cache directory (default $OOTCI_CACHE or ~/.cache/ootci)")
+    torch_options.add_build(p)
     p.add_argument("--shard", metavar="K/N",
                    help="run every stage, but only the tests of shard K of N in the suite stages "
                         "(merge the N records with `ootci shards merge`)")
@@ -47,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def options_from(args: argparse.Namespace) -> RunOptions:
     import_cost_runs()  # a bad OOTCI_IMPORT_COST_RUNS is refused before anything runs
+    source = torch_options.from_args(args)
     suites = tuple(s.strip() for s in args.suites.split(",") if s.strip() and s.strip() != "none")
     unknown = [s for s in suites if s not in SUITE_STAGES]
     if unknown:
@@ -77,10 +77,10 @@ def options_from(args: argparse.Namespace) -> RunOptions:
     if args.out.exists() and not args.out.is_dir():
         raise OutputError(f"--out: {args.out} exists and is not a directory")
     # Absolute: stages run tools in other working directories.
-    return RunOptions(torch=spec.raw, out=args.out.absolute(), python=python, index_url=args.index_url, suites=suites,
+    return RunOptions(torch=spec.raw, out=args.out.absolute(), python=python, index_url=source.index_url, suites=suites,
                       trigger=args.trigger, pr=args.pr, pr_head_sha=args.pr_head_sha or None,
-                      relay_delivery_id=args.delivery_id or None, jobs=args.jobs, cache=args.cache,
-                      torch_repo=args.torch_repo, dry_run=args.dry_run, shard=shard, shard_group=shard_group)
+                      relay_delivery_id=args.delivery_id or None, jobs=source.jobs, cache=source.cache,
+                      torch_repo=source.torch_repo, dry_run=args.dry_run, shard=shard, shard_group=shard_group)
 
 
 def preflight(options: RunOptions) -> torch_acquire.TorchPlan:

@@ -11,7 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ootci.runner.torch_supply import envs, torch_acquire, torchspec
+from ootci.runner.commands import torch_options
+from ootci.runner.torch_supply import envs, torch_acquire, torch_index, torch_source, torchspec
 from ootci.runner.torch_supply.envs import cache_root
 from ootci.runner.core.errors import UsageError
 
@@ -21,28 +22,26 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Resolve a torch spec, acquire its wheel and print the plan. "
                                    "Specs: installed, nightly, 2.13.0, PATH.whl, https://.../X.whl, git:REF, pr:N.")
     p.add_argument("spec", help="torch spec")
-    p.add_argument("--index-url", help="package index for nightly (default $OOTCI_TORCH_INDEX or "
-                                       f"{torch_acquire.torch_index.DEFAULT_NIGHTLY_INDEX})")
+    torch_options.add_torch_source(
+        p, index_help=f"package index for nightly (default $OOTCI_TORCH_INDEX or {torch_index.DEFAULT_NIGHTLY_INDEX})",
+        repo_help=f"git repository of a source build (default $OOTCI_TORCH_REPO or {torch_source.DEFAULT_REPO})")
     p.add_argument("--dry-run", action="store_true",
                    help="resolve only (index page, git ls-remote) and print every step; download and build nothing")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--out", type=Path, help="place the acquired wheel in this directory")
-    p.add_argument("--jobs", type=int, help="parallel compile jobs of a source build (default: all cores)")
-    p.add_argument("--torch-repo", help="git repository of a source build (default $OOTCI_TORCH_REPO or "
-                                        f"{torch_acquire.torch_source.DEFAULT_REPO})")
+    torch_options.add_build(p, jobs_help="parallel compile jobs of a source build (default: all cores)", cache=False)
     p.add_argument("--python", type=Path, help="interpreter torch is for (default: the one running ootci)")
     p.add_argument("--log", type=Path, help="log of a source build (default: under $OOTCI_CACHE/logs)")
     p.set_defaults(func=cmd_torch)
 
 
 def cmd_torch(args: argparse.Namespace) -> int:
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    source = torch_options.from_args(args)
     if args.python is not None and not args.python.exists():
         raise UsageError(f"--python: no interpreter at {args.python}")
     spec = torchspec.parse(args.spec)
-    plan = torch_acquire.plan(spec, dry_run=args.dry_run, index_url=args.index_url, python=args.python,
-                              cache=cache_root(), jobs=args.jobs, torch_repo=args.torch_repo, log=args.log)
+    plan = torch_acquire.plan(spec, dry_run=args.dry_run, index_url=source.index_url, python=args.python,
+                              cache=cache_root(), jobs=source.jobs, torch_repo=source.torch_repo, log=args.log)
     if spec.kind == "installed" and not args.dry_run:
         # Nothing to acquire: say which torch that environment has (exit 7 if none).
         info = envs.torch_info(plan.source)
