@@ -3,19 +3,20 @@
 Workflows call it after `ootci run` (even when that failed) to learn the worst status
 and a safe artifact name without parsing JSON in shell. On GitHub Actions it writes
 `status`, `runs` and `artifact` to $GITHUB_OUTPUT; `--step-summary` also appends the
-table to $GITHUB_STEP_SUMMARY.
+table to $GITHUB_STEP_SUMMARY. `--bisection` does the same for a bisection's record
+(runner/bisection/summary.py), after `ootci bisect` in bisect.yml.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 from pathlib import Path
 
 from ootci.runner.models import RunRecord, Status, worst_of
 from ootci.runner.records.record_files import find_runs
-from ootci.runner.stages.report import ICONS
+from ootci.runner.bisection import summary as bisection_summary
+from ootci.runner.stages.report import ICONS, artifact_name
 
 NO_RUNS = Status.missing.value
 
@@ -26,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--artifact", metavar="NAME",
                    help="artifact name to make safe and write to $GITHUB_OUTPUT as 'artifact'")
     p.add_argument("--step-summary", action="store_true", help="also append the table to $GITHUB_STEP_SUMMARY")
+    p.add_argument("--bisection", action="store_true",
+                   help="OUT holds a bisection (<id>/bisect.json): say its verdict, and write result, bisect-id "
+                        "and artifact to $GITHUB_OUTPUT")
     p.set_defaults(func=cmd_summary)
 
 
@@ -33,12 +37,6 @@ def worst_status(records: list[RunRecord]) -> str:
     if not records:
         return NO_RUNS
     return worst_of(r.status for r in records).value
-
-
-def artifact_name(text: str) -> str:
-    """A name upload-artifact accepts: no slashes, colons, quotes or other specials."""
-    name = re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._-]+", "-", text)).strip("-.")
-    return name[:200] or "ootci"
 
 
 def _cell(text: str) -> str:
@@ -67,6 +65,8 @@ def _append(path: str | None, text: str) -> None:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    if args.bisection:
+        return bisection_summary.summarize(args.out, artifact=args.artifact, step_summary=args.step_summary)
     runs = find_runs(args.out) if args.out.is_dir() else []
     records = [record for _, record in runs if record is not None]
     table = markdown_table(records, rejected=len(runs) - len(records))

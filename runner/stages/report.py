@@ -31,6 +31,12 @@ PYTEST_VERDICT = re.compile(r"^(?:=+ .* =+|(?:FAILED|ERROR|XFAIL|XPASS) \S.*|"
 CLASSIFYING = "pytest finished; classifying the results"
 
 
+def artifact_name(text: str) -> str:
+    """A name upload-artifact accepts: no slashes, colons, quotes or other specials."""
+    name = re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._-]+", "-", text)).strip("-.")
+    return name[:200] or "ootci"
+
+
 def escape_workflow_command(text: str) -> str:
     """Text for a workflow command (`::error::...`): it ends at a newline, so %, CR and LF are encoded."""
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
