@@ -268,7 +268,7 @@ def fast_nights(backends: int, nights: int, tests: int, *, start_night: int = 0,
                             "duration_s": 1.5, "started_at": started.isoformat(), "log": f"logs/{s}.log",
                             "summary": "", "counts": {}})
                 for s in STAGES)
-            # Named as runner.stages.pipeline.new_run_id names runs (the history's partial pull reads the names).
+            # Named as runner.records.run_identity.new_run_id names runs (the history's partial pull reads the names).
             run_id = f"{name}-{started:%Y%m%dT%H%M%SZ}-{night:06x}"
             head = {
                 "schema_version": 1, "run_id": run_id, "backend": name, "device": device,

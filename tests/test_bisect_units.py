@@ -413,7 +413,7 @@ def test_a_spent_budget_ends_with_the_range_so_far(tmp_path):
 
 
 def test_history_merge_keeps_the_bisection_with_more_steps(tmp_path):
-    from ootci.runner.commands.history import merge_bisections
+    from ootci.runner.history.merging import merge_bisections
     from ootci.runner.models import BisectRecord
 
     def write(where: Path, steps: int, state: str) -> None:

@@ -274,7 +274,7 @@ def test_markers_committed_but_not_checked_out_still_count(github, tmp_path):
 
 
 def test_the_window_spans_the_days_whose_markers_can_name_a_listed_artifact():
-    from ootci.runner.commands.history_collect import window_days
+    from ootci.runner.history.collect import window_days
     assert window_days(NOW - dt.timedelta(hours=36), NOW) == ["2026-11-21", "2026-11-22"]
     assert window_days(NOW - dt.timedelta(hours=60), NOW) == ["2026-11-20", "2026-11-21", "2026-11-22"]
     assert window_days(NOW - dt.timedelta(hours=1), NOW) == ["2026-11-22"]

@@ -605,12 +605,12 @@ WHY = "it never started, was cancelled, lost its runner or failed before ootci r
 def test_a_backend_whose_job_left_no_record_stays_on_the_page_as_missing(tmp_path):
     """A nightly whose matrix had openreg and gaudi-hpu: openreg's job wrote its record, gaudi-hpu's
     failed at setup and wrote none; publish's fill-missing recorded it as missing."""
-    from ootci.runner.commands import history
+    from ootci.runner.history import missing_runs
 
     data, out = tmp_path / "runs", tmp_path / "site"
     write_nights(data, "openreg", range(3))
     matrix = [{"name": "openreg", "torch": "nightly"}, {"name": "gaudi-hpu", "torch": "nightly"}]
-    [missing], unreadable = history.fill_missing(matrix, data, WHY, trigger="nightly")
+    [missing], unreadable = missing_runs.fill_missing(matrix, data, WHY, trigger="nightly")
     assert missing.backend == "gaudi-hpu" and unreadable == 0
     reason = f"no record from the backend job: {WHY}"
 
@@ -644,12 +644,12 @@ def test_a_missing_night_neither_starts_nor_ends_a_red_stretch(tmp_path):
     range, the new failures and the nightly a PR run compares with come from the runs that have
     results; the latest run shown is the missing one."""
     from ootci.runner.manifests import registry
-    from ootci.runner.commands import history
+    from ootci.runner.history import missing_runs
 
     data, out = tmp_path / "runs", tmp_path / "site"
     write_nights(data, "tenstorrent", range(8, 12))
     night = synthetic.EPOCH + dt.timedelta(days=12, hours=3)
-    missing = history.missing_record(registry.resolve("openreg"), "nightly", WHY, trigger="nightly", pr=None,
+    missing = missing_runs.missing_record(registry.resolve("openreg"), "nightly", WHY, trigger="nightly", pr=None,
                                      now=night).model_copy(update={"backend": "tenstorrent", "device": "tt",
                                                                    "run_id": "tenstorrent-missing-night-12"})
     record_files.write(data / missing.run_id, missing)

@@ -250,7 +250,7 @@ def test_pull_starts_an_empty_history_then_clones_what_was_pushed(tmp_path, bare
 
 
 def test_push_token_travels_in_environment_config_not_argv_or_git_config(monkeypatch):
-    from ootci.runner.commands.history import _auth_env
+    from ootci.runner.history.data_branch import _auth_env
 
     monkeypatch.delenv("GIT_CONFIG_COUNT", raising=False)
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_example")

@@ -17,8 +17,8 @@ import pytest
 
 from ootci.runner.manifests import manifest
 from ootci.runner.records import record_files
-from ootci.runner.commands import shards
-from ootci.runner.commands.history import merge as history_merge
+from ootci.runner.suite_runs import shards
+from ootci.runner.history.merging import merge as history_merge
 from ootci.runner.models import Outcome, RootCause, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
 from ootci.runner.stages.base import RunContext, RunOptions

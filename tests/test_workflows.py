@@ -1031,7 +1031,7 @@ def shard_group_of(backend_name: str, suffix: str, run_id: str = "123456789") ->
 
 
 def test_the_shards_of_one_call_share_a_group_no_other_call_has():
-    from ootci.runner.commands.shards import check_group
+    from ootci.runner.suite_runs.shards import check_group
 
     [step] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "shard-group"]
     assert evaluate(step["if"], inputs={"shards": 1}) is False  # unsharded: ootci run as before

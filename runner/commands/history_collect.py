@@ -19,23 +19,13 @@ Without --history, the directories already in DIR are what has been collected.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ootci.runner.core import atomic
-from ootci.runner.core.errors import GitError, GitHubError, OutputError, UsageError
-from ootci.runner.core.git import git
-from ootci.runner.history.github_artifacts import REPOSITORY_ENV, Artifact, GitHub, RefusedArchive, WorkflowRun, extract
+from ootci.runner.core.errors import GitHubError, OutputError, UsageError
+from ootci.runner.history.github_artifacts import REPOSITORY_ENV, GitHub
 from ootci.runner.core.http import Retry
-
-LEDGER = "collected"
-"""directory of the history checkout holding a marker per collected artifact"""
-DEFAULT_PREFIX = "ootci-run-"
-DEFAULT_SINCE_HOURS = 36.0
-GIT_TIMEOUT_S = 120
+from ootci.runner.history.collect import DEFAULT_PREFIX, DEFAULT_SINCE_HOURS, LEDGER, collect, parse_now
 
 
 def register(hsub: argparse._SubParsersAction) -> None:
@@ -59,120 +49,6 @@ def register(hsub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=cmd_collect)
 
 
-@dataclass
-class Collected:
-    """What one collect did, artifact by artifact (`name (id)`)."""
-
-    runs: int = 0
-    collected: list[str] = field(default_factory=list)
-    already: int = 0
-    expired: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-
-
-def _day(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%d")
-
-
-def window_days(cutoff: dt.datetime, now: dt.datetime) -> list[str]:
-    """The days whose markers can name an artifact of the runs listed: those created since cutoff."""
-    first, last = cutoff.astimezone(dt.timezone.utc).date(), now.astimezone(dt.timezone.utc).date()
-    return [(first + dt.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
-
-
-def _ids(names: list[str]) -> set[int]:
-    return {int(Path(name).stem) for name in names if name.endswith(".json") and Path(name).stem.isdigit()}
-
-
-def committed_markers(history: Path, days: list[str]) -> set[int]:
-    """The artifact ids marked in the checkout's commit, from git's trees: a partial pull leaves
-    the markers out of the working tree. Nothing when it is no git checkout or has no commit yet
-    (then what is new is downloaded once more, and `ootci history merge` finds its runs present)."""
-    paths = [f"{LEDGER}/{day}" for day in days]
-    try:
-        listed = git(history, "ls-tree", "-r", "--name-only", "HEAD", "--", *paths, timeout=GIT_TIMEOUT_S)
-    except GitError:
-        return set()  # no checkout, no commit yet, or no git: nothing is known to be collected
-    return _ids(listed.splitlines())
-
-
-def known_ids(into: Path, history: Path | None, days: list[str]) -> set[int]:
-    """Artifacts collected before: marked in the history (committed or written since), or already
-    unpacked in `into`."""
-    found = {int(p.name) for p in into.iterdir() if p.is_dir() and p.name.isdigit()} if into.is_dir() else set()
-    if history is not None:
-        found |= committed_markers(history, days)
-        found |= _ids([str(p) for day in days for p in (history / LEDGER / day).glob("*.json")])
-    return found
-
-
-def mark(history: Path, artifact: Artifact, run: WorkflowRun, outcome: str) -> None:
-    atomic.write_text(history / LEDGER / _day(run.created_at) / f"{artifact.id}.json", json.dumps({
-        "artifact": artifact.name, "workflow_run": run.id,
-        "run_created_at": run.created_at.strftime("%Y-%m-%dT%H:%M:%SZ"), "outcome": outcome,
-    }, indent=2) + "\n")
-
-
-def collect(github: GitHub, workflow: str, *, since_hours: float, into: Path, history: Path | None,
-            prefix: str = DEFAULT_PREFIX, now: dt.datetime) -> Collected:
-    """Unpack into `into` every artifact named `prefix...` of the runs of `workflow` created in the
-    last `since_hours` that was not collected before. An artifact whose listing or download failed
-    is left for the next collect (it is in `failed`), the others are still collected."""
-    cutoff = now - dt.timedelta(hours=since_hours)
-    known = known_ids(into, history, window_days(cutoff, now))
-    into.mkdir(parents=True, exist_ok=True)
-    outcome = Collected()
-    runs = github.workflow_runs(workflow, cutoff)
-    outcome.runs = len(runs)
-    for run in runs:
-        try:
-            artifacts = github.artifacts(run.id)
-        except GitHubError as exc:
-            outcome.failed.append(exc.message)
-            continue
-        for artifact in artifacts:
-            shown = f"{artifact.name} ({artifact.id})"
-            if not artifact.name.startswith(prefix):
-                continue
-            if artifact.id in known:
-                outcome.already += 1
-                continue
-            if artifact.expired:
-                outcome.expired.append(shown)
-                continue
-            archive = into / f".{artifact.id}.zip"
-            try:
-                github.download(artifact, archive)
-                extract(archive, into / str(artifact.id))
-            except GitHubError as exc:
-                outcome.failed.append(exc.message)
-                continue
-            except RefusedArchive as exc:
-                # An artifact never changes: marked, so that it is not downloaded again to be refused again.
-                outcome.refused.append(f"{shown}: {exc}")
-                if history is not None:
-                    mark(history, artifact, run, f"refused: {exc}")
-                continue
-            finally:
-                archive.unlink(missing_ok=True)
-            known.add(artifact.id)
-            if history is not None:
-                mark(history, artifact, run, "collected")
-            outcome.collected.append(shown)
-    return outcome
-
-
-def _now(given: str | None) -> dt.datetime:
-    if not given:
-        return dt.datetime.now(dt.timezone.utc)
-    try:
-        moment = dt.datetime.fromisoformat(given)
-    except ValueError:
-        raise UsageError(f"--now: expected an ISO time, got {given!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
-
-
 def cmd_collect(args: argparse.Namespace) -> int:
     if not args.since > 0:
         raise UsageError(f"--since: expected a number of hours above 0, got {args.since:g}")
@@ -185,7 +61,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         raise UsageError(f"history collect: no --repo and no ${REPOSITORY_ENV}")
     github = GitHub(repository, retry=Retry(attempts=args.attempts, backoff_s=args.backoff,
                                             timeout_s=args.timeout))
-    now = _now(args.now)
+    now = parse_now(args.now)
     outcome = collect(github, args.workflow, since_hours=args.since, into=args.into, history=args.history,
                       prefix=args.prefix, now=now)
     for shown in outcome.collected:

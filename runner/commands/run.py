@@ -14,7 +14,7 @@ from ootci.runner.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError,
 from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers, run_backend
 from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
 from ootci.runner.stages.report import Reporter
-from ootci.runner.commands.shards import check_group, default_group, parse_shard
+from ootci.runner.suite_runs.shards import check_group, default_group, parse_shard
 from ootci.runner.stages import SUITE_STAGES, RunOptions
 from ootci.runner.verification.verify import import_cost_runs
 

@@ -80,7 +80,7 @@ def _same_set(path: Path, rows: list[list]) -> bool:
 
 PAGED_RUNS = 14
 """runs per backend whose whole directory a nightly fetches: the ones the dashboard gives a page"""
-# <backend>-<UTC start>-<random hex>, as runner.stages.pipeline.new_run_id names runs
+# <backend>-<UTC start>-<random hex>, as runner.records.run_identity.new_run_id names runs
 _RUN_DIR = re.compile(r"^(?P<backend>.+)-(?P<stamp>\d{8}T\d{6}Z)-[0-9a-f]+$")
 
 

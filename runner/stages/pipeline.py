@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
-import secrets
 import signal
 import socket
 import sys
@@ -22,7 +21,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator
 
 from ootci.runner import __version__
 from ootci.runner.core import procs
@@ -33,6 +32,7 @@ from ootci.runner.core.errors import OotciError
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo, overall_status, reproduce_command
 from ootci.runner.stages import STAGES, SUITE_STAGES, RunContext, RunOptions
+from ootci.runner.records.run_identity import ci_run_url, new_run_id
 
 
 class Interrupted(BaseException):
@@ -58,18 +58,6 @@ def interrupt_handlers() -> Iterator[None]:
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
-
-
-def new_run_id(backend: str, started: dt.datetime) -> str:
-    return f"{backend}-{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-
-
-def ci_run_url(env: Mapping[str, str] = os.environ) -> str | None:
-    """The GitHub Actions run this process belongs to (where its artifacts are), or None outside one."""
-    server, repository, run = (env.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
-    if not (server and repository and run and run.isdigit()):
-        return None
-    return f"{server}/{repository}/actions/runs/{run}"
 
 
 def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | None:
