@@ -7,12 +7,11 @@ found no single culprit: what the bisection has is said and kept.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 from ootci.runner.models import BisectRecord
-from ootci.runner.stages.report import artifact_name, escape_workflow_command
+from ootci.runner.stages.report import append_to_github_file, artifact_name, escape_workflow_command
 
 EXIT_UNREADABLE = 1
 
@@ -24,15 +23,8 @@ def code(text: object) -> str:
     return f"{fence} {text} {fence}" if text else ""
 
 
-def _append(path: str | None, text: str) -> None:
-    if path:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text)
-
-
 def _output(**values: str) -> None:
-    _append(os.environ.get("GITHUB_OUTPUT"),
-            "".join(f"{key.replace('_', '-')}={value}\n" for key, value in values.items()))
+    append_to_github_file("GITHUB_OUTPUT", "".join(f"{key.replace('_', '-')}={value}\n" for key, value in values.items()))
 
 
 def markdown(record: BisectRecord, artifact: str | None) -> str:
@@ -75,5 +67,5 @@ def summarize(out: Path, *, artifact: str | None, step_summary: bool) -> int:
     text = markdown(record, safe)
     print(text, end="")
     if step_summary:
-        _append(os.environ.get("GITHUB_STEP_SUMMARY"), text)
+        append_to_github_file("GITHUB_STEP_SUMMARY", text)
     return 0

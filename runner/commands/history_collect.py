@@ -26,6 +26,7 @@ from ootci.runner.core.errors import GitHubError, OutputError, UsageError
 from ootci.runner.history.github_artifacts import REPOSITORY_ENV, GitHub
 from ootci.runner.core.http import Retry
 from ootci.runner.history.collect import DEFAULT_PREFIX, DEFAULT_SINCE_HOURS, LEDGER, collect, parse_now
+from ootci.runner.stages.report import append_to_github_file
 
 
 def register(hsub: argparse._SubParsersAction) -> None:
@@ -75,10 +76,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     print(f"ootci: history collect: {args.workflow}: {outcome.runs} run(s) in the last {args.since:g} h; "
           f"{len(outcome.collected)} artifact(s) collected into {args.into}, {outcome.already} collected before, "
           f"{len(outcome.expired)} expired, {len(outcome.refused)} refused, {len(outcome.failed)} failed")
-    output = os.environ.get("GITHUB_OUTPUT")
-    if output:
-        with open(output, "a", encoding="utf-8") as f:
-            f.write(f"collected={len(outcome.collected)}\n")
+    append_to_github_file("GITHUB_OUTPUT", f"collected={len(outcome.collected)}\n")
     if outcome.failed:
         raise GitHubError(f"history collect: {len(outcome.failed)} listing(s) or download(s) failed, the next "
                           f"collect tries them again; first: {outcome.failed[0]}")

@@ -19,7 +19,7 @@ from ootci.runner import relay
 from ootci.runner.core.errors import OotciError, RelayError, UsageError
 from ootci.runner.core.http import Retry
 from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
-from ootci.runner.stages.report import escape_workflow_command
+from ootci.runner.stages.report import append_to_github_file, escape_workflow_command
 from ootci.runner.commands.registry import matrix_entries
 
 
@@ -87,13 +87,6 @@ def _on_actions() -> bool:
     return os.environ.get("GITHUB_ACTIONS") == "true"
 
 
-def _append(variable: str, text: str) -> None:
-    path = os.environ.get(variable)
-    if path:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text)
-
-
 # -- plan --------------------------------------------------------------------------
 
 _OUTPUT_VALUES = {
@@ -136,7 +129,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.github_output:
         if not os.environ.get("GITHUB_OUTPUT"):
             raise UsageError("--github-output: $GITHUB_OUTPUT is not set")
-        _append("GITHUB_OUTPUT", output_lines(result, matrix))
+        append_to_github_file("GITHUB_OUTPUT", output_lines(result, matrix))
     print(json.dumps({**result.as_dict(), "matrix": matrix}, indent=2))
     return 0
 
@@ -171,7 +164,7 @@ def _report(args: argparse.Namespace) -> int:
         line = (f"ootci relay: no callback URL (--url or ${relay.CALLBACK_URL_ENV}): "
                 f"the {args.status} report was not sent")
         print(line)
-        _append("GITHUB_STEP_SUMMARY", line + "\n\n")
+        append_to_github_file("GITHUB_STEP_SUMMARY", line + "\n\n")
         return 0
 
     dispatch = relay.read_event(args.event)
@@ -216,5 +209,5 @@ def _report(args: argparse.Namespace) -> int:
                 + (f"; {delivery.detail}" if delivery.detail else "")
                 + (f"; torch {torch_instead} ran, not the PR's build" if torch_instead else ""))
         print(line)
-    _append("GITHUB_STEP_SUMMARY", line + "\n\n")
+    append_to_github_file("GITHUB_STEP_SUMMARY", line + "\n\n")
     return 0

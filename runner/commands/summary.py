@@ -10,13 +10,12 @@ table to $GITHUB_STEP_SUMMARY. `--bisection` does the same for a bisection's rec
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from ootci.runner.models import RunRecord, Status, worst_of
 from ootci.runner.records.record_files import find_runs
 from ootci.runner.bisection import summary as bisection_summary
-from ootci.runner.stages.report import ICONS, artifact_name
+from ootci.runner.stages.report import ICONS, append_to_github_file, artifact_name
 
 NO_RUNS = Status.missing.value
 
@@ -58,12 +57,6 @@ def markdown_table(records: list[RunRecord], rejected: int) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _append(path: str | None, text: str) -> None:
-    if path:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text)
-
-
 def cmd_summary(args: argparse.Namespace) -> int:
     if args.bisection:
         return bisection_summary.summarize(args.out, artifact=args.artifact, step_summary=args.step_summary)
@@ -74,7 +67,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
     outputs = [f"status={worst_status(records)}", f"runs={len(records)}"]
     if args.artifact:
         outputs.append(f"artifact={artifact_name(args.artifact)}")
-    _append(os.environ.get("GITHUB_OUTPUT"), "".join(line + "\n" for line in outputs))
+    append_to_github_file("GITHUB_OUTPUT", "".join(line + "\n" for line in outputs))
     if args.step_summary:
-        _append(os.environ.get("GITHUB_STEP_SUMMARY"), table)
+        append_to_github_file("GITHUB_STEP_SUMMARY", table)
     return 0

@@ -31,6 +31,15 @@ PYTEST_VERDICT = re.compile(r"^(?:=+ .* =+|(?:FAILED|ERROR|XFAIL|XPASS) \S.*|"
 CLASSIFYING = "pytest finished; classifying the results"
 
 
+def append_to_github_file(variable: str, text: str) -> None:
+    """Append text to the file a workflow command variable names ($GITHUB_OUTPUT,
+    $GITHUB_STEP_SUMMARY); outside GitHub Actions the variable is unset and nothing is written."""
+    path = os.environ.get(variable)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+
+
 def artifact_name(text: str) -> str:
     """A name upload-artifact accepts: no slashes, colons, quotes or other specials."""
     name = re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._-]+", "-", text)).strip("-.")
