@@ -13,6 +13,7 @@ import datetime as dt
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
 from ootci.runner.core import atomic
 from ootci.runner.core.errors import GitError, GitHubError, UsageError
 from ootci.runner.core.git import git
@@ -21,14 +22,8 @@ from ootci.runner.history.github_artifacts import Artifact, GitHub, RefusedArchi
 
 LEDGER = "collected"
 """directory of the history checkout holding a marker per collected artifact"""
-
-
 DEFAULT_PREFIX = "ootci-run-"
-
-
 DEFAULT_SINCE_HOURS = 36.0
-
-
 GIT_TIMEOUT_S = 120
 
 

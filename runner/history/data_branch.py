@@ -10,20 +10,16 @@ import base64
 import os
 from pathlib import Path
 from urllib.parse import urlsplit
+
 from ootci.runner.history import history_store
 from ootci.runner.core.errors import GitError, OutputError, PublishError, UsageError
 from ootci.runner.core.git import git
 
 
 PUSH_ATTEMPTS = 4
-
-
 RUNS_DIR = "runs"
 """the history's run directories, in the data branch (the workflows merge into and build from it)"""
-
-
 GIT_TIMEOUT_S = 300
-
 
 # Commits of the data branch are ootci's, whoever runs it: the runner may have no git identity.
 IDENTITY = ("user.name=ootci", "user.email=ootci@users.noreply.github.com")

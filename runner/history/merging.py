@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+
 from pydantic import ValidationError
+
 from ootci.runner.core import atomic
 from ootci.runner.history import history_store
 from ootci.runner.records import record_files

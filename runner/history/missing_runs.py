@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+
 from ootci.runner import __version__
 from ootci.runner.records import record_files
 from ootci.runner.manifests import registry
@@ -17,8 +18,6 @@ from ootci.runner.models import RootCause, RunRecord, StageResult, Status, Torch
 
 
 MISSING_STAGE = "job"
-
-
 MISSING_WHY = "it never started, was cancelled, lost its runner or failed before ootci ran"
 
 

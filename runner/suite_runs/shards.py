@@ -24,6 +24,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+
 from ootci.runner.core import atomic
 from ootci.runner.suite_runs import junit
 from ootci.runner.records import record_files
