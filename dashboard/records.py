@@ -172,7 +172,7 @@ def pass_rate(counts: dict[str, int]) -> float | None:
 OutcomeName = Literal[tuple(o.value for o in Outcome)]  # type: ignore[valid-type]
 
 
-# runner.models.TestResult as a dict (tests/test_dashboard_build.py keeps the two alike).
+# runner.models.TestResult as a dict (tests/dashboard/test_dashboard_build.py keeps the two alike).
 # Spelled as a call: under `from __future__ import annotations` the class syntax would
 # leave Required[...] as strings that TypedDict does not see.
 TestRow = TypedDict("TestRow", {

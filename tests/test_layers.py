@@ -84,3 +84,21 @@ def test_runner_keeps_few_top_level_modules_and_every_package_says_what_it_owns(
             continue
         doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
         assert "Owns" in doc and "import" in doc, f"runner/{package.name}/__init__.py: say what it owns and may import"
+
+
+# What the tests' folders stand for besides runner/'s units: the bundled backends, the workflows
+# (beside the caller workflows act runs) and the dashboard.
+TEST_FOLDERS_BEYOND_RUNNER = {"backends", "workflows", "dashboard"}
+
+
+def test_the_tests_mirror_the_packages():
+    """A test file sits in the folder of the unit it tests; only project-wide checks stay at the top."""
+    tests = REPO / "tests"
+    units = {unit_of(p) for p in RUNNER.glob("*") if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    folders = {p.parent.name for p in tests.glob("*/test_*.py")} - {"fixtures"}
+    assert folders <= units | TEST_FOLDERS_BEYOND_RUNNER, folders - units - TEST_FOLDERS_BEYOND_RUNNER
+    top = {p.name for p in tests.glob("test_*.py")}
+    assert top == {"test_readme.py", "test_layers.py", "test_dependencies.py", "test_packaging.py",
+                   "test_setup_script.py"}, top
+    deeper = [p for p in tests.glob("*/*/test_*.py") if p.relative_to(tests).parts[0] != "fixtures"]
+    assert not deeper, f"one level of folders, as runner/ has: {deeper}"

@@ -45,7 +45,7 @@ def test_quick_start_says_what_make_test_costs_and_how_to_run_a_part():
     for cost in ("42 minutes on a 2-core machine", "39 of them in pytest", "PYTEST_WORKERS=0", "5.4 GB each", "14 GB", "act", "Chromium"):
         assert cost in text, cost
     # The way to run a part is documented, and works: the Makefile passes PYTEST_ARGS, the marker exists.
-    assert "make test-fast" in text and "PYTEST_ARGS=tests/test_manifest.py" in text
+    assert "make test-fast" in text and "PYTEST_ARGS=tests/manifests/test_manifest.py" in text
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^\t\.venv/bin/python -m pytest -n \$\(PYTEST_WORKERS\) .*\$\(PYTEST_ARGS\)$", makefile, re.M)
     assert re.search(r"^test-fast: setup\n\t\.venv/bin/python -m pytest .*-m \"not slow\" \$\(PYTEST_ARGS\)$", makefile, re.M)

@@ -2,7 +2,7 @@
 
 A user of ootci sees `ootci: <message>` on one line and the exit code below, never a
 traceback. `EXIT_CODES` is the table of every exit code ootci ends with, each once;
-tests/test_errors.py checks it against the classes here, and that no OotciError is
+tests/core/test_errors.py checks it against the classes here, and that no OotciError is
 defined anywhere else.
 """
 

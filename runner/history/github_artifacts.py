@@ -10,7 +10,7 @@ a backend whose runners are offline can keep its job queued for a day. Three end
 - `GET /repos/{repo}/actions/runs/{run_id}/artifacts`: the artifacts of one run;
 - an artifact's `archive_download_url`, which answers 302 with a short-lived URL of the
   artifact storage, on another host. The token must not reach that host: requests drops
-  the Authorization header when a redirect leaves the host (tests/test_collect.py proves it).
+  the Authorization header when a redirect leaves the host (tests/history/test_collect.py proves it).
 
 Lists are paginated (the `Link` header's `next`). Connection errors, timeouts, 429, 5xx
 and a 403 that says when to come back (a secondary rate limit) are retried with ootci's

@@ -25,7 +25,7 @@ TORCH = "2.13.0"  # the local wheel: never unpinned torch
 ACT_OPS = "add,matmul,sum,nn.functional.conv2d,to"
 """$OOTCI_OPS of an act run whose integration suite runs: the act tests check what the workflows
 carry (records, artifacts, reports), not the ops; OpenReg's whole op_db is compared on every
-release by tests/test_torch_releases.py"""
+release by tests/torch_supply/test_torch_releases.py"""
 
 act_marks = [
     pytest.mark.slow,

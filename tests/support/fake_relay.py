@@ -1,6 +1,6 @@
 """PyTorch's relay, as its code behaves, on a local HTTP server (pytest-httpserver): the
 callback endpoint with its state machine, and a runner's OIDC token endpoint.
-Used by tests/test_relay.py and, under act, by tests/test_workflows_act_vendor.py."""
+Used by tests/relay/test_relay.py and, under act, by tests/workflows/test_workflows_act_vendor.py."""
 
 from __future__ import annotations
 

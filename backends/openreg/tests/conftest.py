@@ -1,7 +1,7 @@
 """Shared helpers for the openreg target-side tests.
 
 These tests run in an environment where torch and torch_openreg are
-installed (see tests/test_openreg.py at the repository root for the bridge
+installed (see tests/backends/test_openreg.py at the repository root for the bridge
 that builds one). They need only torch, pytest and the standard library.
 """
 
@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 # Without torch (e.g. a plain `pytest` in the orchestrator's environment)
-# these tests cannot even be imported: leave them to tests/test_openreg.py,
+# these tests cannot even be imported: leave them to tests/backends/test_openreg.py,
 # which runs them in an environment built for them.
 if importlib.util.find_spec("torch") is None:
     collect_ignore_glob = ["test_*.py"]

@@ -15,7 +15,7 @@ from ootci.runner import models
 from ootci.runner.models import Outcome
 from ootci.runner.suite_runs.suite_runner import SUITES_DIR
 
-SYNTHETIC = Path(__file__).parent / "fixtures" / "backends" / "synthetic" / "suite"
+SYNTHETIC = Path(__file__).parents[1] / "fixtures" / "backends" / "synthetic" / "suite"
 
 
 def _pytest(python: Path, state: Path, *args: str, cwd: Path = SYNTHETIC) -> subprocess.CompletedProcess:

@@ -542,7 +542,7 @@ def test_dashboard_never_imports_torch(tmp_path):
             "from ootci.runner.cli import main\n"
             f"raise SystemExit(main(['dashboard', 'build', '--data', {str(data)!r}, '--out', {str(tmp_path / 's')!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert proc.returncode == 0, proc.stderr
 
 

@@ -18,7 +18,7 @@ from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, Status
 from tests.support.cli import ootci as run_ootci
 
-FIXTURES = Path(__file__).parent / "fixtures" / "backends"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "backends"
 SYNTHETIC = FIXTURES / "synthetic" / "backend.toml"
 # What the crash and hangs suites must give, however crashes are contained.
 CRASH_OUTCOMES = {
@@ -36,7 +36,7 @@ HANG_OUTCOMES = {
 
 
 def ootci(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return run_ootci(*args, env=env, timeout=timeout, cwd=Path(__file__).parent.parent)
+    return run_ootci(*args, env=env, timeout=timeout, cwd=Path(__file__).parents[2])
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from tests.support.cli import ootci
 from tests.support.records import only_record
 from tests.support.shared_runs import shared_run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OPENREG = REPO / "backends" / "openreg"
 RELEASES = ("2.13.0", "2.14.0", "2.15.0")
 pytestmark = pytest.mark.slow
@@ -76,7 +76,7 @@ def need_room_for(*versions: str) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, RunRecord]:
     """`ootci run openreg --torch V`, smoke and integration, once per release (lazily; 2.13.0 is the
-    session's shared run, which tests/test_shards.py compares its shards with)."""
+    session's shared run, which tests/suite_runs/test_shards.py compares its shards with)."""
     cache: dict[str, RunRecord] = {}
 
     def get(version: str) -> RunRecord:

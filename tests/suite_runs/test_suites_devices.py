@@ -20,7 +20,7 @@ from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, Status
 from tests.support.cli import ootci
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CPU_PARTIAL = REPO / "tests" / "fixtures" / "backends" / "cpu-partial" / "backend.toml"
 OPENREG = REPO / "backends" / "openreg"
 

@@ -14,7 +14,7 @@ import pytest
 from ootci.runner.core import rootcause
 from ootci.runner.verification.verify import PROBES
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_innermost_exception_of_a_chain_wins_and_names_the_wrapped_entry_point():

@@ -20,7 +20,7 @@ from ootci.runner.models import RunRecord, Status, variant_index
 from tests.support.cli import OOTCI, ootci
 from tests.support.records import only_record, records_under
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "registry"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "registry"
 pytestmark = pytest.mark.slow
 
 

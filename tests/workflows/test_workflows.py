@@ -24,7 +24,7 @@ from ruamel.yaml import YAML
 from tests.support.cli import ootci
 from tests.support.gh_expr import evaluate
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 ACTIONS = sorted((REPO / "actions").glob("*/action.yml"))
@@ -320,7 +320,7 @@ def test_bisect_keeps_its_record_when_the_bisection_fails():
     for step in after:
         assert "!cancelled()" in step["if"] and "always()" not in step["if"]
     verdict = after[0]
-    # What it says is tests/test_bisect_summary.py's: the workflow only calls ootci.
+    # What it says is tests/bisection/test_bisect_summary.py's: the workflow only calls ootci.
     assert verdict["run"] == 'ootci summary "$OUT" --bisection --artifact "$ARTIFACT" --step-summary'
     assert verdict["env"]["OUT"] == bisect["env"]["OUT"]
     [upload] = [s for s in after if s.get("uses", "").startswith("actions/upload-artifact@")]

@@ -14,7 +14,7 @@ from ootci.runner.core.errors import ManifestError, UnknownBackendError
 from ootci.runner.manifests.manifest import Capability
 from tests.support.cli import ootci
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO / "backends" / "backend.schema.json"
 
 VALID = """

@@ -383,7 +383,7 @@ def same(outcome: Outcome) -> str:
 @pytest.mark.slow
 def test_openreg_suites_in_three_shards_merged_equal_the_unsharded_run(torch_layer, tmp_path_factory, tmp_path):
     # The unsharded run is the session's OpenReg run on 2.13.0, which the release matrix
-    # (tests/test_torch_releases.py) also checks: the same command, made once.
+    # (tests/torch_supply/test_torch_releases.py) also checks: the same command, made once.
     whole = openreg_on_2_13(tmp_path_factory)
     assert whole.returncode in (0, 1), whole.stderr
     [unsharded] = records_under(whole.out)

@@ -12,7 +12,7 @@ import pytest
 
 from support.fixture_backends import backend_env_factory, build_wheels, manifest_path, npu_wheel
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OOTCI = Path(sys.executable).parent / "ootci"
 
 

@@ -17,7 +17,7 @@ from tests.support.static_site import CHROMIUM_ARGS, chromium_path, serve
 
 pytestmark = pytest.mark.skipif(chromium_path() is None,
                                 reason="chromium not on PATH (scripts/setup.sh installs Debian's chromium)")
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "dashboard"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
 COMPARE = re.compile(r"^https://github\.com/pytorch/pytorch/compare/[0-9a-f]{7,40}\.\.\.[0-9a-f]{7,40}$")
 COMMIT = re.compile(r"^https://github\.com/pytorch/pytorch/commit/[0-9a-f]{40}$")
 PULL = re.compile(r"^https://github\.com/pytorch/pytorch/pull/[0-9]+$")

@@ -27,7 +27,7 @@ from ootci.runner.core.errors import ProjectError
 from support.cli import ootci
 from support.init_fixtures import BACKENDS, materialize
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PINNED = re.compile(r"^ootci/ootci/\.github/workflows/backend\.yml@[0-9a-f]{40}$")
 PR_PINNED = re.compile(r"^ootci/ootci/\.github/workflows/pr\.yml@[0-9a-f]{40}$")

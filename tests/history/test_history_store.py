@@ -21,7 +21,7 @@ from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchIn
 from ootci.runner.models import TestResult as Result
 from tests.support.cli import ootci
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
 RUN_URL = "https://github.com/ootci/ootci/actions/runs/123456"
 

@@ -33,7 +33,7 @@ from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchIn
 from ootci.runner.models import TestResult as Result  # not "Test*": pytest would collect it
 from tests.support.fake_relay import AUDIENCE, REQUEST_TOKEN, FakeRelay
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "relay"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "relay"
 RUN_ID = "19283746501"
 HEAD = "7c3f1e2b9a5d40e8b6f1c2d3e4a5b6c7d8e9f0a1"
 HOSTILE = ("$(", "`", "evil", "pwned", "rm -rf", "::set-output", "::error::", "::warning::", "::add-mask::",

@@ -16,18 +16,9 @@ from ootci.runner import cli
 from ootci.runner.torch_supply import envs, torchspec
 from ootci.runner.commands import cache_key
 from ootci.runner.core.errors import ManifestError, UnknownBackendError, UsageError
+from tests.support.nightly_index import NEWEST_OURS, OLDER_OURS, cache, html_page, serve_wheels
 
-from test_nightly import NEWEST_OURS, OLDER_OURS, html_page, serve_wheels
-
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("OOTCI_CACHE", str(root))
-    monkeypatch.delenv("OOTCI_TORCH_INDEX", raising=False)
-    return root
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.fixture

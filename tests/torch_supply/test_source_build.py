@@ -21,7 +21,7 @@ import pytest
 from ootci.runner.torch_supply import envs, torch_acquire, torch_source, torchspec
 from ootci.runner.core.errors import PackageIndexError, TorchBuildError, TorchSpecError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OOTCI = REPO / ".venv" / "bin" / "ootci"
 FAKE_PYTORCH = REPO / "tests" / "support" / "fake_pytorch"
 GIT_ENV = {"GIT_AUTHOR_NAME": "ootci test", "GIT_AUTHOR_EMAIL": "test@ootci.invalid",

@@ -20,7 +20,7 @@ from ootci.runner.models import BisectRecord, Verdict
 from tests.support.bisect_repo import commit, git
 from tests.support.cli import ootci
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PYD = REPO / "tests" / "fixtures" / "backends" / "pyd"
 FIND = '[tool.setuptools.packages.find]\ninclude = ["torch_pyd*"]\n'
 # The kernels moved into a package of their own, and the commit forgot the directory.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ootci.runner.core import errors
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ERRORS_PY = REPO / "runner" / "core" / "errors.py"
 
 

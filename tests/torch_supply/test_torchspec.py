@@ -14,7 +14,7 @@ from packaging.tags import sys_tags
 from ootci.runner.torch_supply import torch_acquire, torchspec
 from ootci.runner.core.errors import TorchSpecError, TorchWheelNotFound, UsageError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OOTCI = REPO / ".venv" / "bin" / "ootci"
 
 

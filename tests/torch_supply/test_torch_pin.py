@@ -20,7 +20,7 @@ from ootci.runner.models import RunRecord, Status
 from tests.support.cli import ootci
 from tests.support.records import only_record
 
-TOY = Path(__file__).resolve().parent / "fixtures" / "registry" / "toy"
+TOY = Path(__file__).resolve().parents[1] / "fixtures" / "registry" / "toy"
 pytestmark = pytest.mark.slow
 
 PYPROJECT = """\

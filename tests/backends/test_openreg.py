@@ -15,13 +15,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # works under any --import-mode
-from support import target_pytest  # noqa: E402
+from ootci.runner.torch_supply.envs import cache_root
+from ootci.runner.stages.build import with_ccache
+from tests.support import target_pytest
 
-from ootci.runner.torch_supply.envs import cache_root  # noqa: E402
-from ootci.runner.stages.build import with_ccache  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BACKEND = REPO / "backends" / "openreg"
 TARGET_TESTS = BACKEND / "tests"
 
