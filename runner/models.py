@@ -247,7 +247,7 @@ def variant_index(version: str) -> str | None:
 
 
 def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | list[str] = SUITES,
-                      shard: str | None = None) -> str:
+                      shard: str | None = None, bench: bool | None = None) -> str:
     """`ootci run ...` that tests the same backend against the same torch, on any machine.
 
     The torch is named as resolved, never as asked for: `nightly` becomes the version
@@ -270,8 +270,10 @@ def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | 
             argv += ["--index-url", index]
     else:
         argv += ["--torch", spec]
-    if tuple(suites) != SUITES:
-        argv += ["--suites", ",".join(suites) or "none"]
+    # bench: None when the manifest decided, which the same command decides again.
+    if tuple(suites) != SUITES or bench is not None:
+        named = [*suites, *(["bench"] if bench else [])]
+        argv += ["--suites", ",".join(named) or "none"]
     if shard:
         argv += ["--shard", shard]
     return shlex.join(argv)

@@ -15,7 +15,7 @@ from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers, run_ba
 from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
 from ootci.runner.stages.report import Reporter
 from ootci.runner.suite_runs.shards import check_group, default_group, parse_shard
-from ootci.runner.stages import SUITE_STAGES, RunOptions
+from ootci.runner.stages import SUITE_STAGES, RunOptions, bench
 from ootci.runner.verification.verify import import_cost_runs
 
 
@@ -27,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: nightly; installed with --python)")
     p.add_argument("--out", type=Path, default=Path("out/runs"), help="directory for run records (default out/runs)")
     p.add_argument("--python", type=Path, help="use this existing environment under test instead of a fresh venv")
-    p.add_argument("--suites", default="smoke,integration", help="comma-separated suites to run: smoke, integration or none (default: both)")
+    p.add_argument("--suites", default=None,
+                   help="comma-separated stages that test: smoke, integration, bench, or none (default: smoke and "
+                        "integration, and bench where the manifest turns it on)")
     torch_options.add_torch_source(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run (the torch plan, the stages) and stop")
     p.add_argument("--trigger", default="manual", choices=["manual", "nightly", "pr"])
@@ -47,10 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def options_from(args: argparse.Namespace) -> RunOptions:
     import_cost_runs()  # a bad OOTCI_IMPORT_COST_RUNS is refused before anything runs
     source = torch_options.from_args(args)
-    suites = tuple(s.strip() for s in args.suites.split(",") if s.strip() and s.strip() != "none")
-    unknown = [s for s in suites if s not in SUITE_STAGES]
+    named = SUITE_STAGES if args.suites is None else tuple(
+        s.strip() for s in args.suites.split(",") if s.strip() and s.strip() != "none")
+    known = (*SUITE_STAGES, bench.NAME)
+    unknown = [s for s in named if s not in known]
     if unknown:
-        raise UsageError(f"--suites: unknown suite {unknown[0]!r} (known: {', '.join(SUITE_STAGES)})")
+        raise UsageError(f"--suites: unknown suite {unknown[0]!r} (known: {', '.join(known)})")
+    suites = tuple(s for s in named if s != bench.NAME)
+    bench_stage = None if args.suites is None else bench.NAME in named
     python = args.python
     if python is not None:
         python = python.absolute()
@@ -78,7 +84,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         raise OutputError(f"--out: {args.out} exists and is not a directory")
     # Absolute: stages run tools in other working directories.
     return RunOptions(torch=spec.raw, out=args.out.absolute(), python=python, index_url=source.index_url, suites=suites,
-                      trigger=args.trigger, pr=args.pr, pr_head_sha=args.pr_head_sha or None,
+                      bench=bench_stage, trigger=args.trigger, pr=args.pr, pr_head_sha=args.pr_head_sha or None,
                       relay_delivery_id=args.delivery_id or None, jobs=source.jobs, cache=source.cache,
                       torch_repo=source.torch_repo, dry_run=args.dry_run, shard=shard, shard_group=shard_group)
 
@@ -96,7 +102,7 @@ def preflight(options: RunOptions) -> torch_acquire.TorchPlan:
 
 
 def print_plan(manifests, options: RunOptions, plan: torch_acquire.TorchPlan) -> None:
-    from ootci.runner.stages.pipeline import skip_reason
+    from ootci.runner.stages.pipeline import skip_reason, wanted
     from ootci.runner.stages import STAGES
 
     print(f"torch {options.torch}:")
@@ -105,6 +111,9 @@ def print_plan(manifests, options: RunOptions, plan: torch_acquire.TorchPlan) ->
     for m in manifests:
         print(f"{m.name} ({m.device}) from {m.path}:")
         for name in STAGES:
+            if not wanted(name, m, options):
+                print(f"  {name:<12} off ([suites] {name} = true in the manifest, or --suites {name})")
+                continue
             reason = skip_reason(m, options, name)
             print(f"  {name:<12} {'skip: ' + reason if reason else 'run'}")
     if options.shard:

@@ -176,6 +176,8 @@ class VendorSuite(_Strict):
 class Suites(_Strict):
     smoke: bool = True
     integration: bool = True
+    bench: bool = Field(default=False, description="the `bench` stage: op and model timings on the device and on "
+                        "CPU, recorded for regression tracking (off unless turned on here or by `--suites bench`)")
     vendor: list[VendorSuite] = Field(default_factory=list)
     crash_isolation: Literal["process", "fork"] = Field(
         default="process", description="how a test that crashes the interpreter is contained: 'process' starts a "
@@ -220,6 +222,7 @@ class Timeouts(_Strict):
     autoload: float = 300
     smoke: float = 900
     integration: float = 3600
+    bench: float = 600
     test: float = Field(default=300, description="one test, before it counts as a hang")
 
 

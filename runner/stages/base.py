@@ -30,6 +30,8 @@ class RunOptions:
     index_url: str | None = None
     torch_repo: str | None = None
     suites: tuple[str, ...] = SUITES
+    bench: bool | None = None
+    """the bench stage: None as the manifest says ([suites] bench), True/False as `--suites` said"""
     trigger: str = "manual"
     pr: int | None = None
     pr_head_sha: str | None = None

@@ -60,6 +60,12 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+def wanted(stage: str, manifest: Manifest, options: RunOptions) -> bool:
+    """False for an optional stage (one with `wanted`, as bench) that is switched off."""
+    optional = getattr(STAGES[stage], "wanted", None)
+    return optional is None or optional(manifest, options)
+
+
 def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | None:
     names = list(STAGES)
     if options.last_stage and names.index(stage) > names.index(options.last_stage):
@@ -124,7 +130,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
         torch=torch, python=platform.python_version(),
         platform=f"{sys.platform}-{platform.machine()}", host=socket.gethostname(),
         ootci_version=__version__, started_at=started,
-        command=reproduce_command(ref, torch, options.suites, options.shard),
+        command=reproduce_command(ref, torch, options.suites, options.shard, options.bench),
         shard=options.shard, shard_group=options.shard_group if options.shard else None,
         ci_run_url=ci_run_url(),
     )
@@ -140,6 +146,8 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
     names = list(STAGES)
     try:
         for i, name in enumerate(names):
+            if not wanted(name, manifest, options):
+                continue  # an optional stage that is off leaves the record as if it did not exist
             if blocker:
                 result = StageResult(name=name, status=Status.blocked, summary=f"blocked: stage '{blocker}' did not pass")
             elif skipper:
@@ -158,7 +166,8 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
                     record.stages.append(StageResult(name=name, status=Status.failed, summary=summary,
                                                      root_cause=RootCause(kind="interrupted", summary=summary)))
                     for rest in names[i + 1:]:
-                        record.stages.append(StageResult(name=rest, status=Status.blocked, summary=summary))
+                        if wanted(rest, manifest, options):
+                            record.stages.append(StageResult(name=rest, status=Status.blocked, summary=summary))
                     raise
                 if despite:
                     result.data["ran_despite"] = list(despite)
@@ -171,7 +180,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
                     skipper = result.summary
                 if name == "torch":
                     # From here on the record names the torch as resolved, not as asked for.
-                    record.command = reproduce_command(ref, record.torch, options.suites, options.shard)
+                    record.command = reproduce_command(ref, record.torch, options.suites, options.shard, options.bench)
             record.stages.append(result)
             writer.write(record)
     finally:

@@ -1,0 +1,92 @@
+"""Stage `bench`: op and model timings on the device and on CPU (runner/probes/bench.py).
+
+Off unless the manifest turns it on (`[suites] bench = true`) or `--suites` names it; when
+off, the record has no `bench` stage at all, exactly as before the stage existed. Every
+measurement that finished is kept, with its median, interquartile range, number of timed
+blocks and the device/CPU ratio of the medians (what regressions are judged on). A
+measurement that raised fails the stage and is named; a crash or a hang names the
+measurement it happened in, and the ones before it are still recorded.
+"""
+
+from __future__ import annotations
+
+from ootci.runner.core import rootcause
+from ootci.runner.models import RootCause, StageResult, Status
+from ootci.runner.stages.base import RunContext, RunOptions
+from ootci.runner.manifests.manifest import Manifest
+from ootci.runner.verification.verify import Probe, Runner
+
+NAME = "bench"
+ROUNDS = 3
+"""device and CPU alternately, this many times each, per measurement"""
+MIN_RUN_TIME_S = 0.2
+"""seconds of timing per side and round, at least (blocked_autorange)"""
+
+
+def wanted(manifest: Manifest, options: RunOptions) -> bool:
+    """`--suites` decides when given; otherwise the manifest."""
+    return options.bench if options.bench is not None else manifest.suites.bench
+
+
+def run(ctx: RunContext) -> StageResult:
+    runner = Runner(ctx.python, timeout=ctx.manifest.timeouts.bench, log=ctx.log_path())
+    return result_of(runner.probe("bench.py", *probe_args(ctx.manifest)))
+
+
+def probe_args(manifest: Manifest) -> list[str]:
+    return ["--device", manifest.device, "--package", manifest.import_name, "--rounds", str(ROUNDS),
+            "--min-run-time", str(MIN_RUN_TIME_S)]
+
+
+def result_of(probe: Probe) -> StageResult:
+    """The stage's result from what the bench probe reported and how its process ended."""
+    measurements, failed = {}, {}
+    started = None  # the measurement begun and not finished: where a crash or a hang happened
+    for phase, result in probe.phases.items():
+        if phase.startswith("start:"):
+            started = phase.removeprefix("start:")
+        elif phase.startswith(("measure:", "setup:")):
+            name = phase.split(":", 1)[1]
+            started = None
+            if result.get("ok"):
+                measurements[name] = result["value"]
+            else:
+                failed[name] = first_message(result)
+    device = (probe.get("device") or {}).get("value") or {}
+    data = {"measurements": measurements, "rounds": ROUNDS, "min_run_time_s": MIN_RUN_TIME_S,
+            "synchronized": device.get("synchronized")}
+    if failed:
+        data["failed"] = failed
+
+    def failure(status: Status, summary: str, kind: str = "error") -> StageResult:
+        return StageResult(name=NAME, status=status, summary=summary, data=data,
+                           root_cause=RootCause(kind=kind, summary=summary))
+
+    if not probe.proc.ok:
+        cause = rootcause.from_proc(probe.proc, what="the bench probe")
+        where = f" in measurement {started!r}" if started else ""
+        status = (Status.timeout if probe.proc.timed_out else Status.crashed if probe.proc.signal_name
+                  else Status.failed)
+        return failure(status, f"{cause.summary if cause else 'the bench probe failed'}{where} "
+                               f"({len(measurements)} measured before it)", cause.kind if cause else "error")
+    imported = probe.get("import")
+    if imported is None or not imported.get("ok"):
+        return failure(Status.failed, f"import failed: {first_message(imported or {})}")
+    if failed:
+        name, message = next(iter(failed.items()))
+        return failure(Status.failed, f"{len(failed)} of {len(failed) + len(measurements)} measurements failed: "
+                                      f"{name}: {message}")
+    return StageResult(name=NAME, status=Status.passed, data=data,
+                       summary=f"{len(measurements)} measurements, device/CPU ratio "
+                               f"{min_max(m['ratio'] for m in measurements.values())}")
+
+
+def first_message(result: dict) -> str:
+    chain = result.get("chain") or [{}]
+    innermost = chain[-1]
+    return f"{innermost.get('type', 'error')}: {innermost.get('message', '')}"[:300]
+
+
+def min_max(values) -> str:
+    values = sorted(values)
+    return f"{values[0]:.2f} to {values[-1]:.2f}" if values else "-"
