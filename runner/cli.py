@@ -28,6 +28,7 @@ COMMANDS = [
     "bisect",
     "shards",
     "cache_key",
+    "perf",
 ]
 
 

@@ -9,8 +9,8 @@ REPO = Path(__file__).resolve().parents[1]
 RUNNER = REPO / "runner"
 TARGET_SIDE = ("suites", "probes")  # run inside the environment under test: tests/test_dependencies.py
 
-BELOW_STAGES = {"suite_runs", "verification", "torch_supply", "history", "relay", "records", "manifests", "core",
-                "models"}
+BELOW_STAGES = {"suite_runs", "verification", "torch_supply", "history", "relay", "performance", "records",
+                "manifests", "core", "models"}
 MAY_IMPORT = {
     "models": set(),
     "core": {"models"},
@@ -21,6 +21,7 @@ MAY_IMPORT = {
     "verification": {"core", "manifests", "torch_supply", "records", "models"},
     "history": {"core", "manifests", "records", "models"},
     "relay": {"core", "manifests", "records", "models"},
+    "performance": {"core", "records", "models"},
     "stages": {"suite_runs", "verification", "torch_supply", "records", "manifests", "core", "models"},
     "bisection": {"stages"} | BELOW_STAGES,
     "onboarding": {"stages"} | BELOW_STAGES,

@@ -1,0 +1,46 @@
+"""The open performance regressions of the backends under a directory of runs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ootci.runner.performance import changes, series
+
+
+@dataclass(frozen=True)
+class Regression:
+    backend: str
+    measurement: str
+    relative: float
+    """how much slower, relative (0.12: 12 % slower), median after the change over median before"""
+    before: float
+    after: float
+    last_good: series.Point
+    """the last run before the change"""
+    first_bad: series.Point
+    """the first run at the new level: the range between the two holds its cause"""
+    runs_since: int
+    """runs at the new level so far, the first included"""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        return (f"{self.backend} {self.measurement}: {self.relative:+.1%} (device/CPU {self.before:.3g} -> "
+                f"{self.after:.3g}) from run {self.first_bad.run_id}, {self.runs_since} run(s) at it; "
+                f"last good {self.last_good.run_id}")
+
+
+def find(runs: Path, backends: set[str] | None = None) -> list[Regression]:
+    found = []
+    for (backend, measurement), one in sorted(series.of_directory(runs).items()):
+        if backends and backend not in backends:
+            continue
+        change = changes.open_regression(one.ratios)
+        if change is None:
+            continue
+        found.append(Regression(backend, measurement, change.relative, change.before, change.after,
+                                last_good=one.points[change.index - 1], first_bad=one.points[change.index],
+                                runs_since=len(one.points) - change.index))
+    return found
