@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import work_units
-
 REPO = Path(__file__).resolve().parent.parent
 TORCH_SPEC = "torch==2.13.0"
 
@@ -80,32 +78,18 @@ def make_env(torch_layer, tmp_path_factory):
     return make
 
 
-# `make test` runs on several workers (pytest-xdist, --dist loadgroup). A unit of work is a
-# file, or a group of tests marked `xdist_group(name)`: the long files mark their independent
-# parts (one torch release, one act run) as groups of their own, so that one file is not one
-# worker's half hour. A group keeps together the tests that share a module fixture; what
-# several files share (a run, a torch layer) is made once per session under a file lock
-# (tests/support/shared_runs.py). Units are handed out in this order (--no-loadscope-reorder),
-# the longest first, so that no worker starts one of them while the others are finishing.
-# Measured on a clean clone (2 cores): these take from 9 down to 1 minute; the rest less.
+# `make test` runs the files on several workers (pytest-xdist, --dist loadfile): a file is
+# one unit of work, handed out in collection order (--no-loadscope-reorder). The longest
+# files go first, so that no worker starts one of them while the others are finishing.
+# Measured on a clean clone (2 cores): these take from 10 down to 1 minute; the rest less.
 LONGEST_FIRST = (
-    "torch-2.14.0", "test_bisect.py", "test_torch_releases.py", "torch-2.15.0", "act-vendor-sha",
-    "act-vendor-bisect", "test_openreg.py", "act-vendor-pr", "act-nightly-rerun", "test_shards.py",
-    "test_workflows_act.py", "test_partly_red.py", "test_workflows_act_vendor.py", "torch-bisect-releases",
-    "init-scikit-build", "act-nightly", "act-shards", "init-setup-py", "init-pyproject", "test_pipeline.py",
-    "test_init.py", "test_verify.py", "test_suites_devices.py", "test_suites_synthetic.py", "test_packaging.py",
+    "test_workflows_act_vendor.py", "test_torch_releases.py", "test_bisect.py", "test_workflows_act.py",
+    "test_init.py", "test_partly_red.py", "test_pipeline.py", "test_shards.py", "test_openreg.py",
+    "test_bench.py", "test_verify.py", "test_suites_devices.py", "test_suites_synthetic.py", "test_packaging.py",
     "test_bisect_path.py",
 )
 
 
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(work_units.unit_of(item), len(rank)))  # stable: a unit keeps its order
-    work_units.tell_controller(config, items)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own loadgroup (see tests/support/work_units.py)
-def pytest_xdist_make_scheduler(config, log):
-    if config.getvalue("dist") == "loadgroup":
-        return work_units.UnitScheduling(config, log)
-    return None
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order

@@ -308,14 +308,8 @@ def onboarded(tmp_path_factory, torch_layer):
     return get
 
 
-def on_its_own_worker(fixture: str) -> pytest.MarkDecorator:
-    """One fixture's init and first run go to a worker of their own (tests/conftest.py), with the
-    other tests that read the same `onboarded(fixture)`."""
-    return pytest.mark.xdist_group(f"init-{fixture}")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("fixture", [pytest.param(f, marks=on_its_own_worker(f)) for f in sorted(BACKENDS)])
+@pytest.mark.parametrize("fixture", sorted(BACKENDS))
 def test_init_then_a_first_run_is_green(tmp_path, onboarded, fixture):
     distribution, package, device = BACKENDS[fixture]
     repo, result = onboarded(fixture)
@@ -406,7 +400,6 @@ builtins.__import__ = _crash_on_streams
 
 
 @pytest.mark.slow
-@on_its_own_worker("setup-py")
 def test_a_check_that_crashes_is_a_no_and_the_probe_goes_on(tmp_path, onboarded, monkeypatch):
     repo, result = onboarded("setup-py")
     assert result.returncode == 0, result.stdout + result.stderr

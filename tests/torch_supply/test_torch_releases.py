@@ -34,15 +34,6 @@ RELEASES = ("2.13.0", "2.14.0", "2.15.0")
 pytestmark = pytest.mark.slow
 
 
-def with_release(version: str) -> pytest.MarkDecorator:
-    """What runs on a CUDA release goes to a worker of its own (tests/conftest.py): installing that
-    torch and building against it is most of a file's time."""
-    return pytest.mark.xdist_group(f"torch-{version}")
-
-
-PER_RELEASE = [pytest.param(v, marks=with_release(v)) if v != real_wheels.RELEASE else v for v in RELEASES]
-
-
 def stage_status(record: RunRecord) -> dict[str, Status]:
     return {s.name: s.status for s in record.stages}
 
@@ -105,7 +96,7 @@ def test_a_machine_wide_pip_cap_on_torch_is_named_as_the_root_cause(tmp_path):
     assert "(constraint) torch<=2.12.0" in cause, cause
 
 
-@pytest.mark.parametrize("version", PER_RELEASE)
+@pytest.mark.parametrize("version", RELEASES)
 def test_openreg_is_green_on_every_release(runs, version):
     record = runs(version)
     assert record.status is Status.passed
@@ -129,7 +120,7 @@ def test_openreg_is_green_on_every_release(runs, version):
     assert integration.get("passed", 0) >= 3000 and set(integration) <= {"passed", "skipped", "xfailed"}
 
 
-@pytest.mark.parametrize("version", PER_RELEASE)
+@pytest.mark.parametrize("version", RELEASES)
 def test_openreg_generator_version_guard(runs, version, tmp_path):
     """csrc/runtime/Generator.cpp overrides GeneratorImpl::philox_state only where torch declares it (>= 2.14)."""
     record = runs(version)
@@ -155,7 +146,6 @@ def prebuilt_manifest(tmp_path: Path, wheel: str) -> Path:
     return path
 
 
-@with_release("2.14.0")
 def test_a_wheel_built_against_2_13_loads_under_2_14_and_is_still_refused(runs, tmp_path):
     """PyTorch's C++ ABI is not stable across releases. The 2.13.0 build of OpenReg loads under
     2.14.0 (no symbol it needs is missing), so only the torch it records says it is the wrong build."""
@@ -213,7 +203,6 @@ def test_an_unguarded_build_fails_on_an_older_torch_with_the_undefined_symbol_an
             "rebuild it against the torch under test") in cause.hint
 
 
-@with_release("2.14.0")
 def test_openreg_pinned_to_2_13_fails_install_under_2_14_and_never_shadows_it(runs, tmp_path):
     def pin(root: Path) -> None:
         pyproject = root / "pyproject.toml"
@@ -232,7 +221,6 @@ def test_openreg_pinned_to_2_13_fails_install_under_2_14_and_never_shadows_it(ru
     assert [stage_status(record)[s] for s in ("autoload", "smoke", "integration")] == [Status.blocked] * 3
 
 
-@with_release("2.14.0")
 def test_prebuilt_torch_npu_pinned_to_2_13_is_skipped_under_2_14(runs, tmp_path):
     """The registry's real torch-npu==2.13.0 requires torch==2.13.0.*: under 2.14.0 it is not
     installed at all (no second torch), and the run says so instead of failing."""
@@ -277,7 +265,6 @@ def with_dlpack_info(root: Path) -> None:
     subprocess.run(["patch", "-p1", "--quiet", "-i", str(ABI_PATCH)], cwd=root, check=True, capture_output=True)
 
 
-@pytest.mark.xdist_group("torch-bisect-releases")
 def test_bisecting_a_2_13_build_over_three_releases_names_2_14_and_the_undefined_symbol(tmp_path):
     """A real ABI break between two real releases: torch 2.14 no longer exports the two-argument
     at::toDLPackNonOwning. A prebuilt OpenReg wheel compiled against 2.13.0 is bisected over the three

@@ -15,8 +15,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import pytest
-
 from ootci.runner.models import Status
 from tests.support import real_wheels
 from tests.support.act_cases import (
@@ -63,7 +61,6 @@ def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path)
 
 
 @needs_openreg
-@pytest.mark.xdist_group("act-shards")  # one act run: a worker of its own
 def test_backend_workflow_with_three_shards_publishes_one_merged_record_with_the_unsharded_tests(act_setup,
                                                                                                tmp_path_factory,
                                                                                                tmp_path):
@@ -113,7 +110,6 @@ runs_on = ["self-hosted", "ootci-offline-accelerator"]
 
 @needs_openreg
 @needs_dashboard
-@pytest.mark.xdist_group("act-nightly")  # one act run: a worker of its own
 def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboard(act_setup, tmp_path):
     """The matrix has openreg and ghost, whose job never starts: openreg's record and a missing
     one for ghost (publish's `ootci history fill-missing`) join the history and the page."""
@@ -194,7 +190,6 @@ def push_after_the_next_push(data: Path, files: Path) -> None:
 
 @needs_openreg
 @needs_dashboard
-@pytest.mark.xdist_group("act-nightly-rerun")  # one act run: a worker of its own
 def test_a_rerun_of_the_nightly_publishes_each_record_once_and_one_site_from_the_data_branch_tip(act_setup,
                                                                                                   tmp_path):
     """"Re-run failed jobs" on GitHub: the same run, attempt 2. The backend job runs again and
