@@ -270,8 +270,8 @@ def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | 
             argv += ["--index-url", index]
     else:
         argv += ["--torch", spec]
-    # bench: None when the manifest decided, which the same command decides again.
-    if tuple(suites) != SUITES or bench is not None:
+    # bench: True when --suites named it; otherwise the manifest decided, and decides again.
+    if tuple(suites) != SUITES or bench:
         named = [*suites, *(["bench"] if bench else [])]
         argv += ["--suites", ",".join(named) or "none"]
     if shard:

@@ -56,7 +56,8 @@ def options_from(args: argparse.Namespace) -> RunOptions:
     if unknown:
         raise UsageError(f"--suites: unknown suite {unknown[0]!r} (known: {', '.join(known)})")
     suites = tuple(s for s in named if s != bench.NAME)
-    bench_stage = None if args.suites is None else bench.NAME in named
+    # --suites bench adds the stage where the manifest does not; --suites none runs no test stage at all.
+    bench_stage = True if bench.NAME in named else False if args.suites is not None and not named else None
     python = args.python
     if python is not None:
         python = python.absolute()

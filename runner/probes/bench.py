@@ -4,15 +4,17 @@ The measurements (MEASUREMENTS) are device-generic: the per-call overhead of tin
 operations, the throughput of large ones sized so that the CPU side takes milliseconds,
 and one training step and one inference step of the model-parity models
 (runner/suites/integration/test_model_parity.py, loaded from its file). Each is timed by
-torch.utils.benchmark's `blocked_autorange`, device and CPU alternately for --rounds
+torch.utils.benchmark's `blocked_autorange` on one thread, device then CPU, for --rounds
 rounds, with the device synchronised inside every timed statement. A regression is judged
-on the ratio of the two medians: a loaded machine slows both sides alike.
+on the ratio of the two: each round's device median over its CPU median, taken back to back,
+and the median of the rounds' ratios; a loaded machine slows both sides alike.
 
 Phases (one result line each): `import`, `device` (whether it can be synchronised), then
 `start:<name>` and `measure:<name>` for each measurement, so a crash or a hang names the
 measurement it happened in and keeps the ones before it.
 Result of a measurement: {"ok": true, "value": {"device": STATS, "cpu": STATS, "ratio": float,
-"unit": "s"}} with STATS = {"median", "iqr", "runs", "per_run"}; or an exception chain.
+"round_ratios": [float], "unit": "s"}} with STATS = {"median", "iqr", "runs", "per_run"} over
+every round of that side; or an exception chain.
 Usage: bench.py --device D [--package P] [--only a,b] [--min-run-time S] [--rounds N] [--deadline S]
 """
 
@@ -103,19 +105,25 @@ def stats(measurement) -> dict:
 
 
 def measure(torch, benchmark, name, on_device, on_cpu, sync, *, rounds, min_run_time):
-    """Device and CPU alternately, `rounds` times each; the rounds of one side merged into one Measurement."""
+    """Device then CPU, `rounds` times: each round's two timings are taken back to back, so the
+    round's ratio shares the machine's state, and the ratio recorded is the median of the rounds'.
+    The rounds of one side are merged into one Measurement for its median and IQR."""
     timed = {"device": [], "cpu": []}
     for _ in range(rounds):
         for side, fn, after in (("device", on_device, sync), ("cpu", on_cpu, None)):
             stmt = "fn(); after()" if after is not None else "fn()"
+            # One thread on both sides: the comparison is of the backend, not of how many cores
+            # the runner has free at that moment.
             timer = benchmark.Timer(stmt=stmt, globals={"fn": fn, "after": after}, label=name, sub_label=side,
-                                    num_threads=torch.get_num_threads())
+                                    num_threads=1)
             fn()  # once outside the timing: a first call may compile or allocate
             if after is not None:
                 after()
             timed[side].append(timer.blocked_autorange(min_run_time=min_run_time))
+    ratios = sorted(d.median / c.median for d, c in zip(timed["device"], timed["cpu"]))
     device, cpu = (benchmark.Measurement.merge(timed[side])[0] for side in ("device", "cpu"))
-    return {"device": stats(device), "cpu": stats(cpu), "ratio": device.median / cpu.median, "unit": "s"}
+    return {"device": stats(device), "cpu": stats(cpu), "ratio": ratios[len(ratios) // 2],
+            "round_ratios": ratios, "unit": "s"}
 
 
 def main() -> None:

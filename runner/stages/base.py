@@ -31,7 +31,8 @@ class RunOptions:
     torch_repo: str | None = None
     suites: tuple[str, ...] = SUITES
     bench: bool | None = None
-    """the bench stage: None as the manifest says ([suites] bench), True/False as `--suites` said"""
+    """the bench stage: True where `--suites` named it, False for `--suites none`, None as the
+    manifest says ([suites] bench)"""
     trigger: str = "manual"
     pr: int | None = None
     pr_head_sha: str | None = None

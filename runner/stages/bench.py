@@ -1,7 +1,8 @@
 """Stage `bench`: op and model timings on the device and on CPU (runner/probes/bench.py).
 
-Off unless the manifest turns it on (`[suites] bench = true`) or `--suites` names it; when
-off, the record has no `bench` stage at all, exactly as before the stage existed. Every
+Off unless the manifest turns it on (`[suites] bench = true`) or `--suites` names it, and off
+with `--suites none`; when off, the record has no `bench` stage at all, exactly as before the
+stage existed. Every
 measurement that finished is kept, with its median, interquartile range, number of timed
 blocks and the device/CPU ratio of the medians (what regressions are judged on). A
 measurement that raised fails the stage and is named; a crash or a hang names the
@@ -17,14 +18,14 @@ from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.verification.verify import Probe, Runner
 
 NAME = "bench"
-ROUNDS = 3
+ROUNDS = 5
 """device and CPU alternately, this many times each, per measurement"""
-MIN_RUN_TIME_S = 0.2
+MIN_RUN_TIME_S = 0.05
 """seconds of timing per side and round, at least (blocked_autorange)"""
 
 
 def wanted(manifest: Manifest, options: RunOptions) -> bool:
-    """`--suites` decides when given; otherwise the manifest."""
+    """On where the manifest turns it on or `--suites` names it; off with `--suites none`."""
     return options.bench if options.bench is not None else manifest.suites.bench
 
 

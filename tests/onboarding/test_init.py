@@ -24,8 +24,8 @@ from ootci.runner.manifests import manifest
 from ootci.runner.onboarding import onboard, project_metadata
 from ootci.runner.core.errors import ProjectError
 
-from support.cli import ootci
-from support.init_fixtures import BACKENDS, materialize
+from tests.support.cli import ootci
+from tests.support.init_fixtures import BACKENDS, materialize
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -15,20 +15,10 @@ from ootci.runner.manifests import manifest as manifest_mod
 from ootci.runner.records import record_files
 from ootci.runner.models import Status
 from ootci.runner.verification.verify import verify
-from support.fixture_backends import backend_env_factory, build_wheels, manifest_path
-from support.cli import ootci
+from tests.support.fixture_backends import manifest_path
+from tests.support.cli import ootci
 
 pytestmark = pytest.mark.slow
-
-@pytest.fixture(scope="session")
-def wheels(torch_layer):
-    return build_wheels(torch_layer)
-
-
-@pytest.fixture(scope="session")
-def backend_env(make_env, wheels):
-    """backend_env(*fixture_names) -> Env with those fixture backends installed."""
-    return backend_env_factory(make_env, wheels)
 
 
 def run(env, fixture: str | None, **kwargs):

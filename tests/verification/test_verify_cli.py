@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support.fixture_backends import backend_env_factory, build_wheels, manifest_path, npu_wheel
+from tests.support.fixture_backends import manifest_path, npu_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 OOTCI = Path(sys.executable).parent / "ootci"
@@ -20,15 +20,6 @@ def ootci(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([str(OOTCI), "verify", *args], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, OOTCI_REGISTRY=str(REPO / "backends")))
 
-
-@pytest.fixture(scope="session")
-def wheels(torch_layer):
-    return build_wheels(torch_layer)
-
-
-@pytest.fixture(scope="session")
-def backend_env(make_env, wheels):
-    return backend_env_factory(make_env, wheels)
 
 
 @pytest.fixture(scope="session")
