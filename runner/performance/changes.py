@@ -9,8 +9,9 @@ only decides which found changes are worth a report. The permutations are drawn 
 fixed seed, so the same series gives the same answer every time.
 
 A regression is *open* when the series' last change is a slowdown: a later change back
-to the old level closes it. PVALUE, PERMUTATIONS and MIN_SLOWDOWN are what
-bench/perf_detection.py measured on replayed real series (docs/performance.md).
+to the old level closes it. bench/perf_detection.py replays real series with planted steps
+against these settings; what it measured, and that it falls short of the goals, is in
+docs/performance.md.
 """
 
 from __future__ import annotations
