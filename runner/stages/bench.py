@@ -2,18 +2,17 @@
 
 Off unless the manifest turns it on (`[suites] bench = true`) or `--suites` names it, and off
 with `--suites none`; when off, the record has no `bench` stage at all, exactly as before the
-stage existed. Every
-measurement that finished is kept, with its median, interquartile range, number of timed
-blocks and the device/CPU ratio of the medians (what regressions are judged on). A
+stage existed. Every measurement that finished is kept, with its median, interquartile range,
+number of timed blocks and its device/CPU ratio, the median of the rounds' own (what
+regressions are judged on). A
 measurement that raised fails the stage and is named; a crash or a hang names the
 measurement it happened in, and the ones before it are still recorded.
 """
 
 from __future__ import annotations
 
-from ootci.runner.core import rootcause
 from ootci.runner.models import RootCause, StageResult, Status
-from ootci.runner.stages.base import RunContext, RunOptions
+from ootci.runner.stages.base import RunContext, RunOptions, proc_failure
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.verification.verify import Probe, Runner
 
@@ -59,17 +58,19 @@ def result_of(probe: Probe) -> StageResult:
     if failed:
         data["failed"] = failed
 
-    def failure(status: Status, summary: str, kind: str = "error") -> StageResult:
+    def failure(status: Status, summary: str) -> StageResult:
         return StageResult(name=NAME, status=status, summary=summary, data=data,
-                           root_cause=RootCause(kind=kind, summary=summary))
+                           root_cause=RootCause(kind="error", summary=summary))
 
     if not probe.proc.ok:
-        cause = rootcause.from_proc(probe.proc, what="the bench probe")
+        # The shared classification (timeout, crashed, failed, with its root cause), told where it happened.
+        result = proc_failure(NAME, probe.proc, "the bench probe")
         where = f" in measurement {started!r}" if started else ""
-        status = (Status.timeout if probe.proc.timed_out else Status.crashed if probe.proc.signal_name
-                  else Status.failed)
-        return failure(status, f"{cause.summary if cause else 'the bench probe failed'}{where} "
-                               f"({len(measurements)} measured before it)", cause.kind if cause else "error")
+        result.summary = f"{result.summary}{where} ({len(measurements)} measured before it)"
+        if result.root_cause is not None:
+            result.root_cause.summary = result.summary
+        result.data = data
+        return result
     imported = probe.get("import")
     if imported is None or not imported.get("ok"):
         return failure(Status.failed, f"import failed: {first_message(imported or {})}")
