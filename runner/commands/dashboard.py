@@ -1,4 +1,5 @@
-"""`ootci dashboard build`: a static status site from RunRecords."""
+"""`ootci dashboard build|publish`: a static status site from RunRecords, and a workflow's
+results published (to the data branch, and the site from its tip: dashboard/publish.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--rebuild", action="store_true", help="re-render every page, not only what changed")
     b.add_argument("--jobs", type=int, help="worker processes for parsing records (default: CPU count)")
     b.set_defaults(func=cmd_build)
+    pub = dsub.add_parser("publish", help="add new records to the data branch's history, push it, and build the "
+                                          "site from the branch's tip")
+    pub.add_argument("records", type=Path, metavar="RECORDS",
+                     help="directory of new run directories and bisections (e.g. downloaded artifacts); "
+                          "a missing one adds nothing")
+    pub.add_argument("--history", type=Path, required=True, metavar="DIR",
+                     help="where the data branch is checked out (must not exist or be empty); its tip goes "
+                          "to DIR-tip")
+    pub.add_argument("--site", type=Path, required=True, metavar="DIR", help="site directory (replaced atomically)")
+    pub.add_argument("--branch", default="ootci-data", help="the data branch (default ootci-data)")
+    pub.add_argument("--remote", help="its repository, a URL or a path (default: $OOTCI_DATA_REMOTE, else "
+                                      "$GITHUB_SERVER_URL/$GITHUB_REPOSITORY)")
+    pub.add_argument("--no-push", dest="push", action="store_false",
+                     help="neither pull nor push: merge into DIR and build the site from it alone")
+    pub.set_defaults(func=cmd_publish)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -52,4 +68,19 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise OutputError(f"{exc.filename or out}: {exc.strerror or exc}") from None
     print(report.line())
     print(f"dashboard: {out / 'index.html'}")
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from ootci.dashboard.publish import publish
+
+    if args.site.exists() and not args.site.is_dir():
+        raise OutputError(f"--site {args.site}: exists and is not a directory")
+    try:
+        outcome = publish(args.records, args.history, args.site, branch=args.branch, remote=args.remote,
+                          push=args.push)
+    except OSError as exc:
+        raise OutputError(f"{exc.filename or args.site}: {exc.strerror or exc}") from None
+    print("\n".join(outcome.lines()))
+    print(f"dashboard: {args.site / 'index.html'}")
     return 0

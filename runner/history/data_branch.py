@@ -42,11 +42,18 @@ def _git_or_none(checkout: Path, *args: str, env: dict[str, str] | None = None) 
         return None
 
 
+DATA_REMOTE_ENV = "OOTCI_DATA_REMOTE"
+"""the data branch's repository when no --remote names one (a mirror, GitHub Enterprise, or the
+local bare repository the act tests publish to); else the repository the workflow runs in"""
+
+
 def _default_remote() -> str:
+    if os.environ.get(DATA_REMOTE_ENV):
+        return os.environ[DATA_REMOTE_ENV]
     server, repository = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
     if server and repository:
         return f"{server}/{repository}.git"
-    raise UsageError("history: no --remote, no 'origin' and no $GITHUB_REPOSITORY to use")
+    raise UsageError(f"history: no --remote, no 'origin', no ${DATA_REMOTE_ENV} and no $GITHUB_REPOSITORY to use")
 
 
 def _remote_url(checkout: Path, remote: str | None) -> str:

@@ -222,10 +222,23 @@ def test_pushers_started_at_the_same_moment_all_land(tmp_path, bare_remote):
 
 def test_push_without_any_remote_names_what_is_missing(tmp_path):
     write_run(tmp_path / "history", "openreg-1")
-    env = {"GITHUB_REPOSITORY": "", "GITHUB_SERVER_URL": ""}
+    env = {"GITHUB_REPOSITORY": "", "GITHUB_SERVER_URL": "", "OOTCI_DATA_REMOTE": ""}
     result = ootci("history", "push", str(tmp_path / "history"), env=env)
     assert result.returncode == 2
-    assert "no --remote, no 'origin' and no $GITHUB_REPOSITORY" in result.stderr
+    assert "no --remote, no 'origin', no $OOTCI_DATA_REMOTE and no $GITHUB_REPOSITORY" in result.stderr
+
+
+def test_ootci_data_remote_stands_in_for_the_workflows_repository(tmp_path, bare_remote):
+    """Without --remote, pull and push use $OOTCI_DATA_REMOTE before $GITHUB_REPOSITORY: the
+    workflows name no remote, and a mirror (or the act tests' bare repository) takes its place."""
+    env = {"OOTCI_DATA_REMOTE": str(bare_remote), "GITHUB_REPOSITORY": "ootci/ootci",
+           "GITHUB_SERVER_URL": "https://github.invalid"}
+    first = tmp_path / "first"
+    assert ootci("history", "pull", str(first), env=env).returncode == 0
+    write_run(first / "runs", "openreg-1")
+    pushed = ootci("history", "push", str(first), env=env)
+    assert pushed.returncode == 0, pushed.stderr
+    assert "runs/openreg-1/record.json" in git(bare_remote, "ls-tree", "-r", "--name-only", "ootci-data").split()
 
 
 def test_pull_starts_an_empty_history_then_clones_what_was_pushed(tmp_path, bare_remote):

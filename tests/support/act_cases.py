@@ -8,6 +8,7 @@ repository runs through them), so that `make test`'s workers run them side by si
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import zipfile
 from pathlib import Path
@@ -63,14 +64,30 @@ def records_under(directory: Path) -> list[RunRecord]:
     return [record_files.read(p) for p in sorted(directory.rglob("record.json"))]
 
 
-def assert_no_gated_action_ran(output: str) -> None:
-    assert "ran under act although the workflow gates it" not in output
+def assert_every_remote_action_had_a_stand_in(output: str) -> None:
+    assert "has no stand-in under act" not in output
 
 
 def data_branch_files(data: Path) -> set[str]:
     listed = subprocess.run(["git", "--git-dir", str(data), "ls-tree", "-r", "--name-only", "ootci-data"],
                             check=True, capture_output=True, text=True).stdout.split()
     return set(listed)
+
+
+def data_branch_exists(data: Path) -> bool:
+    return subprocess.run(["git", "--git-dir", str(data), "rev-parse", "--verify", "-q", "refs/heads/ootci-data"],
+                          capture_output=True).returncode == 0
+
+
+def data_branch_checkout(data: Path, dest: Path) -> Path:
+    """The data branch's tip, checked out at dest (what the workflows pushed)."""
+    subprocess.run(["git", "clone", "-q", "--depth", "1", "-b", "ootci-data", f"file://{data}", str(dest)], check=True)
+    return dest
+
+
+def cache_entries(act_dir: Path) -> dict[str, dict]:
+    """What the workflows saved to the cache under act, by key (tests/support/act_stand_ins.py)."""
+    return {(e := json.loads(p.read_text()))["key"]: e for p in sorted((act_dir / "cache").glob("*.json"))}
 
 
 def merge_artifact(artifact: bytes, scratch: Path, runs: Path) -> None:

@@ -1,9 +1,13 @@
 """Run this repository's workflows with act, offline, in host mode.
 
 act runs every job as a process on this machine (`-P ubuntu-latest=-self-hosted`).
-It cannot download remote actions here, so the workflows gate them on `env.ACT`; it
-intercepts `actions/checkout` of the repository itself and copies the working tree
-instead, which works offline.
+It cannot download remote actions here: each pinned one is replaced, through
+`--local-repository`, by a working stand-in (tests/support/act_stand_ins.py: artifacts,
+Pages, the cache and setup-python, kept in $OOTCI_ACT_DIR), so the workflows run as they
+are, with no branch for act. A remote action without a stand-in (PyPI's publish) fails if it
+ever runs. act intercepts `actions/checkout` of the repository itself and copies the working
+tree instead, which works offline. The data branch's remote is $OOTCI_ACT_DIR/data.git,
+given to ootci as $OOTCI_DATA_REMOTE.
 
 One translation is needed: the workflows reference their own actions and reusable
 workflows with GitHub's self-repository syntax (`uses: $/actions/setup`), which keeps
@@ -26,19 +30,21 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support import act_stand_ins
+
 SELF_REFERENCE = re.compile(r"(\buses:\s*)\$/([^\s@#]+)")
 OOTCI_REPOSITORY = "ootci/ootci"
 REMOTE_ACTION = re.compile(r"\buses:\s*([\w.-]+/[\w.-]+)((?:/[\w.-]+)*)@([0-9a-f]{40})")
 # act copies the working tree for a checkout of the repository itself, offline.
 INTERCEPTED = {"actions/checkout"}
-STUB_ACTION = """\
-name: stand-in for {name}
-description: Resolves act's offline pre-fetch of {name}; every use is gated on env.ACT.
+NO_STAND_IN = """\
+name: no stand-in for {name}
+description: Resolves act's offline pre-fetch of {name}, which no act test may run.
 runs:
   using: composite
   steps:
     - shell: bash
-      run: echo "::error::{name} ran under act although the workflow gates it on env.ACT"; exit 1
+      run: echo "::error::{name} has no stand-in under act (tests/support/act_stand_ins.py)"; exit 1
 """
 ACT_TIMEOUT_S = 900
 
@@ -85,9 +91,8 @@ def workflow_files(root: Path) -> list[Path]:
 def remote_action_stand_ins(root: Path, stubs: Path, *, local: frozenset[str] = frozenset()) -> list[str]:
     """`--local-repository` mappings for every pinned remote action the workflows use.
 
-    act fetches every action of a job before running it, even those whose `if:` is
-    false. Each one is replaced by a local action that fails if it ever runs, so the
-    act run also proves that the `env.ACT` gates hold.
+    act fetches every action of a job before running it, even those whose `if:` is false:
+    each one is replaced by its stand-in, or by an action that fails if it ever runs.
     """
     mappings = {}
     for path in workflow_files(root):
@@ -97,7 +102,8 @@ def remote_action_stand_ins(root: Path, stubs: Path, *, local: frozenset[str] = 
             stub = stubs / f"{repo.replace('/', '-')}-{sha[:12]}"
             action_dir = stub / subpath.lstrip("/")
             action_dir.mkdir(parents=True, exist_ok=True)
-            (action_dir / "action.yml").write_text(STUB_ACTION.format(name=f"{repo}{subpath}"))
+            action = act_stand_ins.stand_in(repo, subpath) or NO_STAND_IN.format(name=f"{repo}{subpath}")
+            (action_dir / "action.yml").write_text(action)
             mappings[f"{repo}@{sha}"] = f"{repo}@{sha}={stub}"
     return sorted(mappings.values())
 
@@ -125,7 +131,7 @@ def prepare(repo: Path, root: Path) -> tuple[Path, dict[str, str]]:
 
 def data_remote(act_dir: Path) -> Path:
     """$OOTCI_ACT_DIR/data.git, the bare repository that stands in for the data branch's remote
-    under act (nightly.yml and collect.yml push the history there); made empty when missing."""
+    under act ($OOTCI_DATA_REMOTE of every act run); made empty when missing."""
     data = act_dir / "data.git"
     if not data.exists():
         subprocess.run(["git", "init", "-q", "--bare", str(data)], check=True)
@@ -179,6 +185,8 @@ def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], in
         argv += ["--local-repository", ootci.mapping]
     if event_payload is not None:
         argv += ["--eventpath", str(event_payload)]
+    if "OOTCI_ACT_DIR" in env:
+        env = {"OOTCI_DATA_REMOTE": str(data_remote(Path(env["OOTCI_ACT_DIR"]))), **env}
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
     for key, value in inputs.items():

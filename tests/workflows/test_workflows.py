@@ -151,12 +151,23 @@ def test_no_expression_inside_run_and_no_persisted_credentials(path):
 
 
 @pytest.mark.parametrize("path", [*ALL_WORKFLOWS, *ACTIONS], ids=lambda p: str(p.relative_to(REPO)))
-def test_remote_actions_are_skipped_under_act(path):
-    # act cannot fetch them offline; it copies the tree itself for a checkout of this repository.
-    for step in steps_of(path):
-        uses = step.get("uses", "")
-        if uses and not uses.startswith(("$/", "actions/checkout@")):
-            assert "!env.ACT" in str(step.get("if", "")), f"{path.name}: {uses} runs under act"
+def test_nothing_in_production_yaml_branches_on_act(path):
+    """What act cannot do is the test harness's business (its stand-ins, its flags and variables):
+    a workflow runs under act exactly as on GitHub."""
+    assert "ACT" not in re.findall(r"\benv\.(\w+)", path.read_text()), f"{path.name}: a branch on env.ACT"
+    assert "OOTCI_ACT_DIR" not in path.read_text(), f"{path.name}: names the act harness's directory"
+
+
+def test_every_remote_action_an_act_run_meets_has_a_working_stand_in():
+    """act fetches every action of a job, even one whose `if:` is false; each pinned remote action
+    is a working stand-in under act (tests/support/act_stand_ins.py), but the checkout (act copies
+    the tree itself) and PyPI's publish (release.yml, which no act test runs)."""
+    from tests.support import act_harness, act_stand_ins
+
+    used = {(repo, subpath) for path in act_harness.workflow_files(REPO)
+            for repo, subpath, _ in act_harness.REMOTE_ACTION.findall(path.read_text())}
+    without = {f"{repo}{subpath}" for repo, subpath in used if act_stand_ins.stand_in(repo, subpath) is None}
+    assert without == {"actions/checkout", "pypa/gh-action-pypi-publish"}
 
 
 PRIVILEGED_JOBS = {
@@ -227,8 +238,7 @@ def test_every_artifact_download_reads_earlier_attempts_by_run_id_with_actions_r
 def test_every_composite_action_step_calls_ootci():
     for path in ACTIONS:
         for step in steps_of(path):
-            # A step only act runs stands in for a remote action act cannot fetch (artifact storage).
-            if "run" in step and not str(step.get("if", "")).startswith("${{ env.ACT &&"):
+            if "run" in step:
                 assert re.search(r"(^|\s)ootci |pip install", step["run"]), f"{path}: a step without ootci"
                 assert step["run"].count("\n") <= 2, f"{path}: logic belongs in Python, not in YAML"
 
@@ -337,7 +347,6 @@ def test_bisect_pulls_the_history_for_run_ids_as_ootci_bisect_reads_them():
     from ootci.runner.bisection.bisect import RUN_ID
 
     [pull] = [s for s in load(BISECT)["jobs"]["bisect"]["steps"] if "ootci history pull" in s.get("run", "")]
-    assert "!env.ACT" in pull["if"]
     shell_pattern = re.compile(re.search(r"run_id='([^']+)'", pull["run"]).group(1))
     for text, is_run in [("openreg-20261122T031700Z-0a1b2c", True), ("acme-npu-2-20261122T031700Z-ffffff", True),
                          ("a" * 40, False), ("main", False), ("2.13.0", False), ("v1.2", False),
@@ -357,12 +366,15 @@ def test_nightly_pushes_its_bisections_as_its_publish_pushes_runs():
     publish = jobs["publish-bisections"]
     assert publish["needs"] == "bisect" and "!cancelled()" in publish["if"]
     assert publish["permissions"] == {"contents": "write", "actions": "read"}
-    runs = [s["run"].strip() for s in publish["steps"] if "run" in s]
-    assert runs[0] == 'ootci history pull "$RUNNER_TEMP/history" --branch ootci-data'
-    assert runs[1] == 'ootci history merge "$BISECTIONS" --into "$HISTORY/runs" --missing-ok'
-    assert runs[2].startswith('ootci history push "$RUNNER_TEMP/history" --branch ootci-data')
+    # One command, as update-dashboard publishes runs: pull, merge, push, the site from the tip.
+    [run] = [s for s in publish["steps"] if "run" in s]
+    assert run["run"].strip() == \
+        'ootci dashboard publish "$RUNNER_TEMP/bisections" --history "$RUNNER_TEMP/history" --site site'
+    assert run["env"] == {"GITHUB_TOKEN": "${{ github.token }}"}
     [download] = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
     assert download["with"]["pattern"] == "ootci-bisect-*"
+    assert download["with"]["path"] == "${{ runner.temp }}/bisections"
+    assert publish["steps"].index(download) < publish["steps"].index(run)
     # The dashboard is rebuilt only by the publish jobs of nightly.yml and pytorch-pr.yml.
     assert not any("ootci dashboard" in s.get("run", "") for s in steps_of(BISECT))
     assert not any(u.endswith("update-dashboard") or "pages" in u for u in uses_of(BISECT))
@@ -439,14 +451,13 @@ def test_nightly_publish_records_every_matrix_entry_before_merging():
     assert fill["env"]["MATRIX"] == "${{ needs.plan.outputs.matrix }}"
     assert fill["env"]["BACKEND_JOBS"] == "${{ needs.backend.result }}"
     assert "${{" not in fill["run"]
-    assert fill["run"].startswith('ootci history fill-missing --matrix "$MATRIX" --runs "$RECORDS"')
+    assert fill["run"].startswith('ootci history fill-missing --matrix "$MATRIX" --runs "$RUNNER_TEMP/records"')
     assert "--reason" in fill["run"] and "$BACKEND_JOBS" in fill["run"]
-    # Over the records update-dashboard merges, before it merges them.
+    # Over the records download-artifact brought and update-dashboard merges, before it merges them.
     [dashboard] = [s for s in publish["steps"] if s.get("uses") == "$/actions/update-dashboard"]
-    assert fill["env"]["RECORDS"] == dashboard["with"]["records"]
-    assert publish["steps"].index(fill) < publish["steps"].index(dashboard)
     [download] = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
-    assert publish["steps"].index(download) < publish["steps"].index(fill)
+    assert download["with"]["path"] == dashboard["with"]["records"] == "${{ runner.temp }}/records"
+    assert publish["steps"].index(download) < publish["steps"].index(fill) < publish["steps"].index(dashboard)
 
 
 def test_setup_installs_ootci_from_a_copy_and_not_editable():
@@ -482,10 +493,10 @@ def test_a_re_run_deploys_the_site_of_its_own_attempt(name):
 
 def test_the_bisections_reach_the_page_the_same_night():
     jobs = load(NIGHTLY)["jobs"]
-    runs = [s.get("run", "") for s in jobs["publish-bisections"]["steps"]]
-    push = next(i for i, r in enumerate(runs) if r.startswith("ootci history push"))
-    build = next(i for i, r in enumerate(runs) if r.startswith("ootci dashboard build"))
-    assert push < build
+    steps = jobs["publish-bisections"]["steps"]
+    publish = next(i for i, s in enumerate(steps) if s.get("run", "").startswith("ootci dashboard publish"))
+    upload = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
+    assert publish < upload
     assert jobs["deploy-bisections"]["needs"] == "publish-bisections"
 
 
@@ -494,7 +505,8 @@ def test_no_job_that_pushes_the_history_waits_in_a_concurrency_group(path):
     """A group keeps one pending job and cancels the older pending ones: a publish waiting
     behind another would be cancelled and its records lost. Pushes replay onto the tip instead."""
     for name, job in load(path)["jobs"].items():
-        pushes = any("ootci history push" in s.get("run", "") for s in job.get("steps", []))
+        pushes = any(c in s.get("run", "") for s in job.get("steps", [])
+                     for c in ("ootci history push", "ootci dashboard publish"))
         publishes = any(s.get("uses", "") == "$/actions/update-dashboard" for s in job.get("steps", []))
         if pushes or publishes:
             assert "concurrency" not in job, f"{path.name}: job {name} pushes the history from a concurrency group"
@@ -533,27 +545,24 @@ def test_collect_pulls_collects_merges_pushes_then_builds_the_site_from_the_tip(
     steps = collect["steps"]
     runs = [" ".join(s["run"].split()) for s in steps if "run" in s]
     assert runs == [
-        'ootci history pull "$RUNNER_TEMP/history" --branch ootci-data ${REMOTE:+--remote "$REMOTE"}',
+        'ootci history pull "$RUNNER_TEMP/history" --branch ootci-data',
         'ootci history collect --workflow nightly.yml --since 36 --into "$RUNNER_TEMP/collected" \\ '
         '--history "$RUNNER_TEMP/history"',
         'ootci history merge "$RUNNER_TEMP/collected" --into "$RUNNER_TEMP/history/runs" --missing-ok',
-        'ootci history push "$RUNNER_TEMP/history" --branch ootci-data --message "ootci - collect run records" \\ '
-        '${REMOTE:+--remote "$REMOTE"}',
+        'ootci history push "$RUNNER_TEMP/history" --branch ootci-data --message "ootci - collect run records"',
         'ootci summary "$RUNNER_TEMP/collected" --step-summary',
-        'ootci history pull "$RUNNER_TEMP/tip" --branch ootci-data ${REMOTE:+--remote "$REMOTE"}',
-        'ootci dashboard build --data "$RUNNER_TEMP/tip/runs" --out "$SITE"',
+        'ootci history pull "$RUNNER_TEMP/tip" --branch ootci-data',
+        'ootci dashboard build --data "$RUNNER_TEMP/tip/runs" --out site',
     ]
     by_id = {s["id"]: s for s in steps if "id" in s}
     # The token reaches only the steps that talk to GitHub, through env:.
     for name in ("pull", "collect", "push", "tip"):
         assert by_id[name]["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
-    assert "env" not in by_id["merge"] and "GITHUB_TOKEN" not in by_id["site"]["env"]
+    assert "env" not in by_id["merge"] and "env" not in by_id["site"]
     # What was collected lands even when one artifact could not be fetched.
     assert "!cancelled()" in by_id["merge"]["if"] and "!cancelled()" in by_id["push"]["if"]
     assert "steps.merge.outcome == 'success'" in by_id["push"]["if"]
     assert "steps.tip.outcome == 'success'" in by_id["site"]["if"]
-    # Under act, a local bare repository stands in for the data branch's remote.
-    assert by_id["pull"]["env"]["REMOTE"] == "${{ env.ACT && format('{0}/data.git', env.OOTCI_ACT_DIR) || '' }}"
     [upload] = [s for s in steps if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
     assert upload["with"]["name"] == "github-pages-collect-${{ github.run_id }}-${{ github.run_attempt }}"
     assert collect["outputs"]["site"] == "${{ steps.site.outcome }}"
@@ -571,17 +580,14 @@ def test_every_published_site_is_built_from_the_tip_pulled_after_the_push():
                     kinds.append(command)
         return kinds
 
-    dashboard = steps_of(UPDATE_DASHBOARD)
-    assert order(dashboard) == ["history pull", "history push", "history pull", "dashboard build"]
-    assert dashboard[-2]["env"]["DATA"] == (
-        "${{ inputs.publish == 'true' && (!env.ACT || inputs.remote != '') && format('{0}-tip', inputs.history) "
-        "|| inputs.history }}")
-    assert dashboard[3]["env"]["TIP"] == "${{ inputs.history }}-tip"
-    bisections = load(NIGHTLY)["jobs"]["publish-bisections"]["steps"]
-    assert order(bisections) == ["history pull", "history push", "history pull", "dashboard build"]
-    [build] = [s for s in bisections if "ootci dashboard build" in s.get("run", "")]
-    assert build["env"]["TIP"].endswith("|| format('{0}/tip', runner.temp) }}")
-    assert order(load(COLLECT)["jobs"]["collect"]["steps"])[-2:] == ["history pull", "dashboard build"]
+    # update-dashboard and the nightly's bisections publish with `ootci dashboard publish`, whose
+    # order tests/dashboard/test_publish.py checks; the collector spells it out around its collect.
+    publishers = [steps_of(UPDATE_DASHBOARD), load(NIGHTLY)["jobs"]["publish-bisections"]["steps"]]
+    for steps in publishers:
+        assert order(steps) == [] and any(s.get("run", "").lstrip().startswith(("ootci dashboard publish", "no_push="))
+                                          and "ootci dashboard publish" in s["run"] for s in steps)
+    assert order(load(COLLECT)["jobs"]["collect"]["steps"]) == [
+        "history pull", "history push", "history pull", "dashboard build"]
 
 
 def test_the_nightly_still_publishes_when_the_night_ends():
@@ -1089,7 +1095,6 @@ def test_backend_caches_torch_layers_and_wheels_and_a_pr_run_never_writes_what_t
     key_step = steps["cache-key"]
     assert evaluate(key_step["if"], inputs={"cache": True, "python": ""}, env={}) is True
     assert evaluate(key_step["if"], inputs={"cache": False, "python": ""}, env={}) is False  # the input
-    assert evaluate(key_step["if"], inputs={"cache": True, "python": ""}, env={"ACT": "true"}) is False
     assert evaluate(key_step["if"], inputs={"cache": True, "python": "/usr/bin/python3"}, env={}) is False
     # The trigger the key is made for is the one `ootci run` records.
     [suites] = [s for s in run["steps"] if s.get("uses") == "$/actions/run-suites"]
@@ -1118,8 +1123,8 @@ def test_backend_caches_torch_layers_and_wheels_and_a_pr_run_never_writes_what_t
     for restore, save in zip(restores, saves):
         assert save["with"] == {"path": restore["with"]["path"], "key": restore["with"]["key"]}
         assert f"steps.{restore['id']}.outputs.cache-hit != 'true'" in save["if"] and "always()" not in save["if"]
-    # Nothing of it under act, where remote actions only stand in.
-    assert all("!env.ACT" in s["if"] for s in restores + saves)
+    # Under act too (tests/workflows/test_workflows_act*.py read what the stand-in cache saved).
+    assert not any("ACT" in s["if"] for s in restores + saves)
 
 
 # -- GitHub as it really runs the workflows (issue 22): rules act cannot show ---------------------

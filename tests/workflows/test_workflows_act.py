@@ -1,8 +1,9 @@
 """The workflows, executed: backend.yml (called like a vendor calls it), nightly.yml and the
 composite actions run under act in host mode, offline, with the real `ootci` commands on OpenReg.
 
-Remote actions (setup-python, artifacts, Pages) are gated on `env.ACT`; what they would
-carry goes through $OOTCI_ACT_DIR instead (artifacts/, history/, site/). The torch layer
+Remote actions (setup-python, artifacts, the cache, Pages) are working stand-ins that keep what
+they carry in $OOTCI_ACT_DIR (artifacts/, cache/, site/ as deployed), and data.git there is the
+data branch's remote (tests/support/act_harness.py). The torch layer
 of the test session is reused through $OOTCI_CACHE, so torch is not installed again.
 What a vendor's repository and PyTorch's relay run through ootci is in test_workflows_act_vendor.py.
 """
@@ -11,18 +12,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
-import sys
 from pathlib import Path
 
 from ootci.runner.models import Status
 from tests.support import real_wheels
 from tests.support.act_cases import (
     act_marks, BACKEND, TORCH, REPO, needs_openreg, needs_dashboard, act_setup, act_dir, records_under,
-    assert_no_gated_action_ran, data_branch_files, merge_artifact
+    assert_every_remote_action_had_a_stand_in, cache_entries, data_branch_checkout, data_branch_files, merge_artifact
 )
 from tests.support.act_harness import data_remote, run_act
 from tests.support.cli import ootci
+from tests.support.other_publishers import push_after_the_next_push
 from tests.support.shared_runs import openreg_on_2_13
 from tests.support.fake_github import run_artifact
 
@@ -39,7 +39,7 @@ def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path)
                      log=tmp_path / "act.log", stubs=root / "stubs")
 
     assert result.returncode == 0, result.output[-6000:]
-    assert_no_gated_action_ran(result.output)
+    assert_every_remote_action_had_a_stand_in(result.output)
     # The caller sees backend.yml's outputs.
     assert f"backend.yml outputs status=passed artifact=ootci-run-{BACKEND}-1" in result.output
 
@@ -58,6 +58,11 @@ def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path)
     assert list((run_dir / "junit").glob("*.xml")), "the artifact carries the JUnit files"
     # A cached build writes no log; the stages that ran always do.
     assert (run_dir / "logs" / "smoke.log").is_file() and (run_dir / "logs" / "autoload.log").is_file()
+    # A run by hand runs trusted code: the backend's wheels were saved to the cache, under the key
+    # `ootci cache-key` gave (the torch layer too, when every layer in the cache was whole).
+    saved = cache_entries(ootci_act_dir)
+    [wheels] = [key for key in saved if "-wheels-" in key]
+    assert wheels.startswith("ootci-main-") and f"-{BACKEND}-" in wheels and saved[wheels]["files"] > 0
 
 
 @needs_openreg
@@ -125,12 +130,12 @@ def test_nightly_workflow_runs_the_matrix_merges_history_and_builds_the_dashboar
                      log=tmp_path / "act.log", stubs=root / "stubs")
 
     assert result.returncode == 0, result.output[-6000:]
-    assert_no_gated_action_ran(result.output)
+    assert_every_remote_action_had_a_stand_in(result.output)
     matrix = [line for line in result.output.splitlines() if "::set-output:: matrix=" in line]
     assert matrix and [e["name"] for e in json.loads(matrix[0].split("matrix=", 1)[1])["include"]] == [BACKEND, "ghost"]
     assert "Skipping unsupported platform" in result.output  # ghost's job never started
 
-    records = {r.backend: r for r in records_under(ootci_act_dir / "history" / "runs")}
+    records = {r.backend: r for r in records_under(data_branch_checkout(data, tmp_path / "tip") / "runs")}
     assert set(records) == {BACKEND, "ghost"}
     assert record_paths_on_data_branch(data) == {f"runs/{r.run_id}/record.json" for r in records.values()}
     record, ghost = records[BACKEND], records["ghost"]
@@ -158,36 +163,6 @@ def record_paths_on_data_branch(data: Path) -> set[str]:
     return {name for name in data_branch_files(data) if name.endswith("/record.json")}
 
 
-ANOTHER_PUBLISHER_HOOK = """\
-#!{python}
-# post-receive: right after the first push this hook sees, another publisher's records land on the tip.
-import os, pathlib, subprocess
-done = pathlib.Path("another-publisher-pushed")
-if not done.exists():
-    done.touch()
-    env = {{**os.environ, "GIT_INDEX_FILE": os.path.abspath("another-publisher-index"),
-            "GIT_AUTHOR_NAME": "another publisher", "GIT_AUTHOR_EMAIL": "other@example.invalid",
-            "GIT_COMMITTER_NAME": "another publisher", "GIT_COMMITTER_EMAIL": "other@example.invalid"}}
-    def git(*args):
-        return subprocess.run(["git", *args], env=env, check=True, capture_output=True, text=True).stdout.strip()
-    git("read-tree", "refs/heads/ootci-data")
-    files = pathlib.Path({files!r})
-    for path in sorted(p for p in files.rglob("*") if p.is_file()):
-        blob = git("hash-object", "-w", str(path))
-        git("update-index", "--add", "--cacheinfo", f"100644,{{blob}},{{path.relative_to(files).as_posix()}}")
-    commit = git("commit-tree", git("write-tree"), "-p", "refs/heads/ootci-data", "-m", "another publisher")
-    git("update-ref", "refs/heads/ootci-data", commit)
-"""
-
-
-def push_after_the_next_push(data: Path, files: Path) -> None:
-    """Another publisher's commit (files, laid out as on the data branch) lands on the tip right
-    after the next push to `data`: between a publisher's push and the pull of the tip it builds from."""
-    hook = data / "hooks" / "post-receive"
-    hook.write_text(ANOTHER_PUBLISHER_HOOK.format(python=sys.executable, files=str(files)))
-    hook.chmod(0o755)
-
-
 @needs_openreg
 @needs_dashboard
 def test_a_rerun_of_the_nightly_publishes_each_record_once_and_one_site_from_the_data_branch_tip(act_setup,
@@ -211,7 +186,7 @@ def test_a_rerun_of_the_nightly_publishes_each_record_once_and_one_site_from_the
                          inputs={"backends": BACKEND, "torch": TORCH, "suites": "smoke"},
                          log=tmp_path / f"act-{number}.log", stubs=root / "stubs")
         assert result.returncode == 0, result.output[-6000:]
-        assert_no_gated_action_ran(result.output)
+        assert_every_remote_action_had_a_stand_in(result.output)
 
     attempt(1)
     [first] = records_under(artifacts)
@@ -230,12 +205,12 @@ def test_a_rerun_of_the_nightly_publishes_each_record_once_and_one_site_from_the
                    tmp_path / "straggler-files" / "runs")
     push_after_the_next_push(data, tmp_path / "straggler-files")
 
-    # A fresh runner: the jobs' own directories are gone; the run's artifacts and the data branch stay.
-    for name in ("history", "history-tip", "site"):
-        shutil.rmtree(ootci_act_dir / name)
+    # Each job runs on a fresh runner (act makes each job a workspace of its own); the run's
+    # artifacts, the deployed site and the data branch stay.
     attempt(2)
 
-    assert sorted(p.name for p in artifacts.iterdir()) == [f"ootci-run-{BACKEND}-1", f"ootci-run-{BACKEND}-2"]
+    assert sorted(p.name for p in artifacts.iterdir()) == [f"github-pages-{n}" for n in (1, 2)] + [
+        f"ootci-run-{BACKEND}-{n}" for n in (1, 2)]
     [second] = [r for r in records_under(artifacts) if r.run_id != first.run_id]
     everything = (first.run_id, second.run_id, other, straggler)
     assert record_paths_on_data_branch(data) == {f"runs/{r}/record.json" for r in everything}
@@ -256,7 +231,7 @@ def test_build_torch_workflow_acquires_a_pinned_wheel(act_setup, tmp_path):
                      log=tmp_path / "act.log", stubs=root / "stubs")
 
     assert result.returncode == 0, result.output[-6000:]
-    assert_no_gated_action_ran(result.output)
+    assert_every_remote_action_had_a_stand_in(result.output)
     # The wheel pip picks for torch==TORCH on this machine: its local label and tags are the machine's.
     assert TORCH == real_wheels.RELEASE
     wheel = real_wheels.cpu_release_wheel().name
@@ -277,7 +252,7 @@ def test_build_backend_and_verify_autoload_actions(act_setup, make_env, tmp_path
                      log=tmp_path / "act.log", stubs=root / "stubs")
 
     assert result.returncode == 0, result.output[-6000:]
-    assert_no_gated_action_ran(result.output)
+    assert_every_remote_action_had_a_stand_in(result.output)
     # build-backend: every stage but the suites.
     assert "ootci: toy: passed" in result.output
     assert any("autoload" in line and "passed" in line for line in result.job_lines("✅ autoload"))
@@ -317,7 +292,7 @@ def test_backend_workflow_fails_the_job_but_still_publishes_the_record(act_setup
                      log=tmp_path / "act.log", stubs=root / "stubs")
 
     assert result.returncode != 0, "a failed build must fail the job"
-    assert_no_gated_action_ran(result.output)
+    assert_every_remote_action_had_a_stand_in(result.output)
     assert "::error title=ootci broken build failed::" in result.output or "ootci broken build failed" in result.output
     artifacts = list((ootci_act_dir / "artifacts").iterdir())
     assert [a.name for a in artifacts] == [f"ootci-run-{str(vendor / 'backend.toml').strip('/').replace('/', '-')}-1"]

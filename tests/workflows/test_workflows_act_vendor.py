@@ -18,7 +18,8 @@ from ootci.runner.models import Status
 from tests.support import real_wheels
 from tests.support.act_cases import (
     act_marks, ACT_OPS, BACKEND, TORCH, REPO, needs_openreg, act_setup, act_dir, records_under,
-    assert_no_gated_action_ran, data_branch_files, merge_artifact
+    assert_every_remote_action_had_a_stand_in, cache_entries, data_branch_exists, data_branch_files,
+    merge_artifact
 )
 from tests.support.act_harness import as_called_from_elsewhere, data_remote, run_act
 from tests.support.cli import ootci
@@ -95,7 +96,7 @@ def test_a_vendor_repository_runs_a_gated_pr_through_pr_yml_and_reports_exactly_
                                 "OOTCI_RELAY_CALLBACK_URL": relay.env()["OOTCI_RELAY_CALLBACK_URL"]})
 
     assert result.returncode == 0, result.output[-8000:]
-    assert_no_gated_action_ran(result.output)
+    assert_every_remote_action_had_a_stand_in(result.output)
     [artifact] = list((ootci_act_dir / "artifacts").iterdir())
     [record] = records_under(artifact)
     assert (record.backend, record.trigger, record.pr, record.status) == ("acme-openreg", "pr", 167123, Status.passed)
@@ -114,7 +115,8 @@ def test_a_vendor_repository_runs_a_gated_pr_through_pr_yml_and_reports_exactly_
         assert body["workflow"]["test_results"]["torch_instead_of_pr"] == TORCH
     assert all(auth.startswith("Bearer jwt.pytorch-cross-repo-ci-relay.") for auth in relay.auth)
     assert "acme-openreg" in json.dumps(relay.accepted[1]["workflow"]["test_results"])
-    assert not (ootci_act_dir / "history").exists(), "a vendor's PR run publishes nothing to ootci's data branch"
+    assert not data_branch_exists(ootci_act_dir / "data.git"), "a vendor's PR run publishes nothing to a data branch"
+    assert cache_entries(ootci_act_dir) == {}, "a PR run (untrusted code) saves nothing to the cache"
 
 
 VENDOR_TESTS = ("conftest.py", "test_device.py", "test_ops.py")
@@ -175,7 +177,7 @@ def test_a_vendor_repository_calls_backend_yml_at_a_sha_as_the_readme_shows(act_
                      labels=("ubuntu-latest", "self-hosted", "my-accelerator"))
 
     assert result.returncode == 0, result.output[-8000:]
-    assert_no_gated_action_ran(result.output)
+    assert_every_remote_action_had_a_stand_in(result.output)
     [artifact] = list((ootci_act_dir / "artifacts").iterdir())
     [record] = records_under(artifact)
     assert record.backend == "acme-openreg" and record.status is Status.passed, record.model_dump_json()[-3000:]
@@ -228,7 +230,7 @@ def test_bisect_workflow_names_the_first_bad_backend_commit_for_a_vendor(act_set
                      labels=("ubuntu-latest", "self-hosted", "my-accelerator"))
 
     assert result.returncode == 0, result.output[-8000:]
-    assert_no_gated_action_ran(result.output)
+    assert_every_remote_action_had_a_stand_in(result.output)
     [artifact] = list((ootci_act_dir / "artifacts").iterdir())
     assert re.fullmatch(r"ootci-bisect-ci-backend\.toml-\d+-1", artifact.name), artifact.name
     [path] = list(artifact.glob("*/bisect.json"))
@@ -253,7 +255,7 @@ def test_bisect_workflow_names_the_first_bad_backend_commit_for_a_vendor(act_set
     assert f"**found**: ` {outcome.summary} `" in result.output  # act echoes the job summary
     assert "::set-output:: result=found" in result.output
     assert outcome.summary.startswith(verdict)
-    assert not (ootci_act_dir / "history").exists(), "bisect.yml only reads: nothing goes to the data branch"
+    assert not data_branch_exists(ootci_act_dir / "data.git"), "bisect.yml only reads: nothing goes to the data branch"
 
 
 def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_and_the_page(act_setup, httpserver,
@@ -292,7 +294,7 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
                      secrets={"GITHUB_TOKEN": TOKEN}, inputs={}, log=tmp_path / "act.log", stubs=root / "stubs")
 
     assert result.returncode == 0, result.output[-6000:]
-    assert_no_gated_action_ran(result.output)
+    assert_every_remote_action_had_a_stand_in(result.output)
     assert github.downloads() == [5011]
     assert all(r.headers.get("Authorization") == f"Bearer {TOKEN}" for r in github.api_requests)
     assert "1 artifact(s) collected" in result.output and "1 collected before" in result.output
@@ -302,5 +304,6 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
     pages = "".join(p.read_text(errors="replace") for p in (ootci_act_dir / "site").rglob("*.html"))
     pages += "".join(p.read_text(errors="replace") for p in (ootci_act_dir / "site").rglob("*.json"))
     assert tonight in pages and last_night in pages
-    # Pages gets it (the deploy job's actions are gated under act, the job itself runs).
+    # Pages gets it: the deploy job deployed the site the collect job uploaded.
     assert any("collect/deploy" in line and "Job succeeded" in line for line in result.output.splitlines())
+    assert "Deployed github-pages-collect-" in result.output
