@@ -2,6 +2,7 @@
 
     python bench/dashboard_scale.py                      # 100 backends x 365 nights x 2,000 tests
     python bench/dashboard_scale.py --runs 30 --keep     # smaller, keep the data for another go
+    python bench/dashboard_scale.py --bench-backends 100 # every backend with a bench stage
 
 Goals: full build <= 20 s, index.html <= 300 KB, adding one night <= 3 s.
 Phases: generate the records (not timed against a goal), a cold full build (parse every
@@ -44,10 +45,12 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "ootci-dashboard-bench")
     ap.add_argument("--keep", action="store_true", help="keep (and reuse) the generated records")
+    ap.add_argument("--bench-backends", type=int, default=0,
+                    help="backends with a bench stage every night (their pages judge 16 series each)")
     args = ap.parse_args()
 
     data, out = args.workdir / "runs", args.workdir / "site"
-    stamp = args.workdir / f"data-{args.backends}x{args.runs}x{args.tests}"
+    stamp = args.workdir / f"data-{args.backends}x{args.runs}x{args.tests}-bench{args.bench_backends}"
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(site.default_state(out), ignore_errors=True)
     if not stamp.exists():
@@ -55,7 +58,7 @@ def main() -> int:
         data.mkdir(parents=True)
         step = max(1, args.backends // 10)
         written, _ = timed(f"generate {args.backends * args.runs} records", lambda: synthetic.write_fast(
-            data, args.backends, args.runs, args.tests,
+            data, args.backends, args.runs, args.tests, bench=args.bench_backends,
             progress=lambda b: b % step == 0 and print(f"  {b}/{args.backends} backends", flush=True)))
         print(f"  {written / 1e9:.2f} GB of record JSON")
         stamp.touch()
@@ -76,7 +79,8 @@ def main() -> int:
 
         first = data / "vendor000"
         before = set(os.listdir(first))
-        synthetic.write_fast(data, args.backends, 1, args.tests, start_night=args.runs, only=0)
+        synthetic.write_fast(data, args.backends, 1, args.tests, start_night=args.runs, only=0,
+                             bench=args.bench_backends)
         added = [first / name for name in set(os.listdir(first)) - before]
         report, add = timed("add one night to one backend", lambda: site.build(data, out, **quiet))
         print(f"  {report.line()}\n  phases: {report.seconds}")

@@ -35,6 +35,13 @@ def last_green(runs: list[Run]) -> Run | None:
     return next((r for r in reversed(runs) if r.ok), None)
 
 
+def compare_url(good: str | None, bad: str | None) -> str | None:
+    """PyTorch's commits between two runs' torch builds. Only ever links commit ids: a record's
+    git_version is untrusted text."""
+    g, b = good or "", bad or ""
+    return COMPARE_URL.format(green=g, red=b) if _HEX.match(g) and _HEX.match(b) and g != b else None
+
+
 @dataclass
 class Culprit:
     """The upstream range in which the backend turned red."""
@@ -45,12 +52,7 @@ class Culprit:
 
     @property
     def compare_url(self) -> str | None:
-        g = (self.green.torch_git or "") if self.green else ""
-        r = self.red.torch_git or ""
-        # Only ever link commit ids: a record's git_version is untrusted text.
-        if _HEX.match(g) and _HEX.match(r) and g != r:
-            return COMPARE_URL.format(green=g, red=r)
-        return None
+        return compare_url(self.green.torch_git if self.green else None, self.red.torch_git)
 
     @property
     def same_torch(self) -> bool:

@@ -155,6 +155,7 @@ class RunSummary:
     problems_json: str
     testset: str | None  # ids hash from the header or the digest (None: a record without one)
     digest: Digest | None  # None: not read yet (the tests live in tests.json)
+    bench_json: str | None = None  # {"ratios": {measurement: device/CPU}} of a bench stage, else None
 
 
 def pass_rate(counts: dict[str, int]) -> float | None:
@@ -311,8 +312,19 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
         torch_git=record.torch.git_version, command=record.reproduce(), duration_s=round(max(duration, 0.0), 3),
         pass_rate=pass_rate(counts), stages_json=_compact(stages), counts_json=_compact(counts),
         notable_zjson=zlib.compress(_compact(notable).encode(), 1), problems_json=_compact(record.problems),
-        testset=testset, digest=run_digest,
+        testset=testset, digest=run_digest, bench_json=_bench(record),
     )
+
+
+def _bench(record: RunRecord) -> str | None:
+    """The device/CPU ratio of each measurement the run's bench stage recorded."""
+    stage = record.stage("bench")
+    measured = stage.data.get("measurements") if stage is not None else None
+    if not isinstance(measured, dict):
+        return None
+    found = {name: float(m["ratio"]) for name, m in measured.items()
+             if isinstance(m, dict) and isinstance(m.get("ratio"), (int, float)) and m["ratio"] > 0}
+    return _compact({"ratios": found}) if found else None
 
 
 def _compact(value) -> str:

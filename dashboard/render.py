@@ -19,7 +19,7 @@ from ootci.dashboard.records import FAILING
 from ootci.dashboard.store import Run, safe_name
 
 # Bump when templates or page layout change: the next build re-renders every page.
-RENDERER_VERSION = "10"
+RENDERER_VERSION = "11"
 STAGES = ("torch", "build", "install", "autoload", "smoke", "integration")
 GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "blocked": "–", "skipped": "○",
          "missing": "?"}

@@ -26,7 +26,7 @@ from ootci.runner.history import history_store
 from ootci.runner import models
 from ootci.runner.core import procs
 
-from ootci.dashboard import analysis, records, render
+from ootci.dashboard import analysis, performance, records, render
 from ootci.dashboard.records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
 from ootci.dashboard.store import Index, Run, safe_name
 
@@ -304,8 +304,9 @@ class _Build:
 
         generated = render.now_iso()
         for b, runs in fresh.items():
-            summary = self._backend_summary(b, runs, paged)
-            self._write_backend(summary, runs, paged)
+            perf = performance.section(analysis.mainline(runs) or runs)
+            summary = self._backend_summary(b, runs, paged, perf)
+            self._write_backend(summary, runs, paged, perf)
             self.report.backend_pages += 1
             cache[b] = {"row": str(render.page("_index_row.html.j2", s=summary)), "api": summary["api"],
                         "wanted": [r.id for r in wanted[b]], "latest_id": summary["latest"].id,
@@ -362,7 +363,8 @@ class _Build:
         if files:
             self.report.run_pages_deleted += 1
 
-    def _backend_summary(self, name: str, runs: list[Run], paged: set[int]) -> dict:
+    def _backend_summary(self, name: str, runs: list[Run], paged: set[int],
+                         perf: performance.Section | None = None) -> dict:
         main = analysis.mainline(runs) or runs
         latest = main[-1]
         green = analysis.last_green(main)
@@ -377,11 +379,16 @@ class _Build:
             "last_green": _run_ref(green),
             "page": f"{base}.html", "badge": f"badges/{safe_name(name)}.svg", "api": f"api/{base}.json",
             "run_page": render.run_href(latest) if latest.id in paged else None,
+            "performance_regressions": [
+                {"measurement": m.name, "relative": round(m.open_regression.relative, 4),
+                 "first_bad": m.open_regression.first_bad.run_id} for m in perf.regressions] if perf else [],
         }
+        slower = [(m.name, m.open_regression.relative) for m in perf.regressions] if perf else []
         return {"name": name, "latest": latest, "green": green, "spark": main[-analysis.FLAKY_WINDOW:],
-                "api": api, "paged": latest.id in paged, "runs": len(main)}
+                "api": api, "paged": latest.id in paged, "runs": len(main), "slower": slower}
 
-    def _write_backend(self, summary: dict, runs: list[Run], paged: set[int]) -> None:
+    def _write_backend(self, summary: dict, runs: list[Run], paged: set[int],
+                       perf: performance.Section | None = None) -> None:
         name = summary["name"]
         main = analysis.mainline(runs) or runs
         pr_runs = [r for r in runs if r.trigger == "pr"]
@@ -398,6 +405,7 @@ class _Build:
             culprit=suspect, changes=changes, flaky=flaky, xfail=xfail, paged=paged,
             hidden=sum(1 for r in main if r.id not in paged),
             trend=render.trend(main, hrefs), reproduce=reproduce_command(main[-1]),
+            perf=perf, perf_charts={m.name: performance.chart(m, hrefs) for m in perf.measurements} if perf else {},
             bisection=bisection[0] if bisection else None, generated=render.now_iso()))
         self.put(f"badges/{safe_name(name)}.svg", render.badge(name, summary["latest"].status))
         api = dict(summary["api"])
@@ -411,6 +419,7 @@ class _Build:
             "expected_failures": [{"test": t, "outcome": o, "reason": why} for t, o, why in xfail],
             "reproduce": reproduce_command(main[-1]),
             "bisection": _bisection_api(bisection),
+            "performance": performance.api(perf),
             "runs": [_run_entry(r, paged) for r in reversed(runs)],
         })
         self.put(f"api/backends/{safe_name(name)}.json", render.dumps(api))

@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS runs(
   slug TEXT NOT NULL,
   page INTEGER NOT NULL DEFAULT 0,
   page_files TEXT,
-  xfail TEXT
+  xfail TEXT,
+  bench TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_backend ON runs(backend, started_at);
 CREATE INDEX IF NOT EXISTS runs_by_pr ON runs(pr) WHERE pr IS NOT NULL;
@@ -60,9 +61,9 @@ CREATE TABLE IF NOT EXISTS backend_cache(backend TEXT PRIMARY KEY, data TEXT NOT
 
 # Columns every page needs; the big blobs (notable, ops) are fetched only on demand.
 LIGHT = ("id, rel, run_id, backend, device, trigger, pr, pr_head_sha, started_at, finished_at, status, torch_spec, "
-         "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, page_files, problems")
+         "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, page_files, problems, bench")
 # The index is a cache of what the records say: a different layout is simply rebuilt.
-INDEX_VERSION = "5"
+INDEX_VERSION = "6"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -185,11 +186,12 @@ class Index:
         cursor = self.db.execute(
             "INSERT INTO runs(rel, mtime_ns, size, run_id, backend, device, trigger, pr, pr_head_sha, started_at,"
             " finished_at, status, torch_spec, torch_version, torch_git, command, duration_s, pass_rate, stages,"
-            " counts, notable, testset, digested, problems, slug, page)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,0)",
+            " counts, notable, testset, digested, problems, slug, page, bench)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,0,?)",
             (s.rel, s.mtime_ns, s.size, s.run_id, s.backend, s.device, s.trigger, s.pr, s.pr_head_sha, s.started_at,
              s.finished_at, s.status, s.torch_spec, s.torch_version, s.torch_git, s.command, s.duration_s,
-             s.pass_rate, s.stages_json, s.counts_json, s.notable_zjson, s.testset, s.problems_json, slug))
+             s.pass_rate, s.stages_json, s.counts_json, s.notable_zjson, s.testset, s.problems_json, slug,
+             s.bench_json))
         if s.digest is not None:
             self.set_digest(cursor.lastrowid, s.digest)
         return Run(old) if old is not None else None

@@ -72,6 +72,30 @@ class Scenario:
     ops: tuple[str, ...] = OPS
     dtypes: tuple[str, ...] = DTYPES
     extra_messages: dict[str, str] = field(default_factory=dict)
+    bench: bool = False  # a bench stage every night (runner/stages/bench.py)
+    slower_from: int | None = None  # first night of a 25 % slowdown of BENCH_MEASUREMENTS[0]
+
+
+BENCH_MEASUREMENTS = (
+    "add_tiny", "empty", "view", "copy_to_device", "copy_to_cpu", "synchronize", "add_large", "matmul", "sum",
+    "conv2d", "train_step:mlp", "train_step:cnn", "train_step:transformer_block", "inference:mlp", "inference:cnn",
+    "inference:transformer_block")
+"""the 16 measurements OpenReg's bench stage records"""
+
+
+def bench_stage(slower: bool, rng: random.Random) -> StageResult:
+    """A bench stage's record: each measurement's device/CPU ratio, with a few per cent of noise;
+    slower: the first measurement 25 % slower."""
+    measurements = {}
+    for k, name in enumerate(BENCH_MEASUREMENTS):
+        ratio = (1 + k / 4) * (1 + rng.gauss(0, 0.03))
+        if k == 0 and slower:
+            ratio *= 1.25
+        measurements[name] = {"ratio": round(ratio, 4), "round_ratios": [round(ratio, 4)] * 5,
+                              "device": {"median": ratio * 1e-4, "iqr": 1e-6, "runs": 40},
+                              "cpu": {"median": 1e-4, "iqr": 1e-6, "runs": 40}}
+    return StageResult(name="bench", status=Status.passed, duration_s=55.0,
+                       summary=f"{len(measurements)} measurements", data={"measurements": measurements})
 
 
 def smoke_ids(n: int = 6) -> list[str]:
@@ -152,6 +176,8 @@ def build_record(sc: Scenario, day: int, *, tests_per_op: int = 1, trigger: str 
         if not stage.status.ok and name not in SUITES:
             blocked = True
         stages.append(stage)
+    if sc.bench and trigger != "pr":
+        stages.append(bench_stage(sc.slower_from is not None and day >= sc.slower_from, rng))
     command = f"ootci run {sc.name} --torch nightly" + (f" --trigger pr --pr {pr}" if pr else "")
     return RunRecord(
         run_id=f"{sc.name}-{started.strftime('%Y%m%dT%H%M%S')}" + (f"-pr{pr}" if pr else ""),
@@ -235,8 +261,11 @@ class FastNight:
     changed: dict[int, tuple[str, str, int]]  # test index -> (outcome, message, attempts); the rest passed
 
 
-def fast_nights(backends: int, nights: int, tests: int, *, start_night: int = 0, only: int | None = None):
-    """Yield FastNight for backends x nights, backend by backend (None after each backend)."""
+def fast_nights(backends: int, nights: int, tests: int, *, start_night: int = 0, only: int | None = None,
+                bench: int = 0):
+    """Yield FastNight for backends x nights, backend by backend (None after each backend).
+    bench: how many backends (the first ones) have a bench stage; every fifth of them is 25 %
+    slower in its first measurement for its last five nights."""
     n_ops = max(1, tests // (len(DTYPES) * 2))
     ops = [f"op{i:04d}" for i in range(n_ops)]
     for b in range(backends) if only is None else [only]:
@@ -268,6 +297,9 @@ def fast_nights(backends: int, nights: int, tests: int, *, start_night: int = 0,
                             "duration_s": 1.5, "started_at": started.isoformat(), "log": f"logs/{s}.log",
                             "summary": "", "counts": {}})
                 for s in STAGES)
+            if b < bench:
+                slower = b % 5 == 0 and night >= start_night + nights - 5
+                stages += "," + bench_stage(slower, rng).model_dump_json()
             # Named as runner.records.run_identity.new_run_id names runs (the history's partial pull reads the names).
             run_id = f"{name}-{started:%Y%m%dT%H%M%SZ}-{night:06x}"
             head = {
@@ -287,7 +319,7 @@ def _record_text(night: FastNight) -> str:
 
 
 def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_night: int = 0,
-               only: int | None = None, progress=None) -> int:
+               only: int | None = None, progress=None, bench: int = 0) -> int:
     """Write backends x nights records of `tests` tests each without building models.
 
     Each run is the record.json and tests.json that runner.records.record_files writes; a passing
@@ -296,7 +328,7 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
     Returns the bytes written.
     """
     written, done, base = 0, 0, None
-    for night in fast_nights(backends, nights, tests, start_night=start_night, only=only):
+    for night in fast_nights(backends, nights, tests, start_night=start_night, only=only, bench=bench):
         if night is None:
             done, base = done + 1, None
             if progress:
