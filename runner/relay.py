@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from ootci.runner.performance import baseline as perf_baseline
 from ootci.runner.records import record_files
 from ootci.runner.core.errors import RelayError, UsageError
 from ootci.runner.core.http import GaveUp, Retry, Tried, excerpt, send
@@ -573,6 +574,10 @@ def summarize(records: list[RunRecord], *, page_url: str | None = None, baseline
             entry.update(baseline=nightly[backend].run_id, new_failures=len(new), new_failing_tests=new)
         else:
             entry.update(baseline=None, new_failures=None, new_failing_tests=None)
+        # The bench measurements this run made slower than the backend's recent nightlies (None:
+        # no bench in this run, or too few nightlies with one to judge by).
+        slower = perf_baseline.compare(record, baseline or []) if baseline is not None else None
+        entry["slower_than_nightly"] = None if slower is None else [s.to_json() for s in slower]
         backends.append(entry)
     summary: dict[str, Any] = {"schema": "ootci/1", **totals, "conclusion": conclusion_of(records),
                                "page_url": page_url, "backends": backends}
@@ -606,7 +611,7 @@ def fit(summary: dict[str, Any], limit: int = TEST_RESULTS_LIMIT) -> dict[str, A
         cut = _capped(summary, cap)
         if _size(cut) <= limit:
             return cut
-    keep = ("backend", "status", "run_id", "failing", "new_failures")
+    keep = ("backend", "status", "run_id", "failing", "new_failures", "slower_than_nightly")
     cut["backends"] = [{k: e.get(k) for k in keep} for e in cut["backends"]]
     cut.pop("left_out", None)
     cut["truncated"] = True

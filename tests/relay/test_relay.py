@@ -95,7 +95,8 @@ STARTED = dt.datetime(2026, 11, 23, 9, 0, tzinfo=dt.timezone.utc)
 
 
 def write_run(root: Path, run_id: str, *, backend: str = "openreg", trigger: str = "pr", pr: int | None = 167123,
-              failing: tuple[str, ...] = (), passing: int = 3, started: dt.datetime = STARTED) -> Path:
+              failing: tuple[str, ...] = (), passing: int = 3, started: dt.datetime = STARTED,
+              bench: dict[str, float] | None = None) -> Path:
     tests = [Result(id=f"smoke::test_ok.py::test_{i}", suite="smoke", outcome=Outcome.passed) for i in range(passing)]
     tests += [Result(id=t, suite="integration", outcome=Outcome.failed, message="AssertionError") for t in failing]
     status = Status.failed if failing else Status.passed
@@ -104,7 +105,10 @@ def write_run(root: Path, run_id: str, *, backend: str = "openreg", trigger: str
                        status=status, tests=tests,
                        stages=[StageResult(name="smoke", status=Status.passed),
                                StageResult(name="integration", status=status,
-                                           summary=f"{len(failing)} tests failed" if failing else "")])
+                                           summary=f"{len(failing)} tests failed" if failing else "")]
+                       + ([StageResult(name="bench", status=Status.passed,
+                                       data={"measurements": {k: {"ratio": v} for k, v in bench.items()}})]
+                          if bench else []))
     run_dir = root / run_id
     run_dir.mkdir(parents=True)
     record_files.write(run_dir, record)
@@ -399,6 +403,46 @@ def test_test_results_name_failures_that_are_new_since_the_latest_nightly(tmp_pa
         ("openreg-n2", 1, ["integration::test_new"])
     assert entry["problem"] == "integration: 2 tests failed"
     assert summary["page_url"] == "https://ootci.github.io/ootci/#pr-167123"
+
+
+NIGHTLY_RATIOS = [(3.0, 1.10), (3.1, 1.12), (2.9, 1.08), (3.05, 1.11), (2.95, 1.09)]
+"""(add_tiny, matmul) of five nightlies: a few per cent of noise"""
+
+
+@pytest.mark.parametrize("pr_ratios, slower", [
+    ({"add_tiny": 3.9, "matmul": 1.12}, ["add_tiny"]),  # 30 % above the median, above every nightly
+    ({"add_tiny": 3.12, "matmul": 1.05}, []),  # inside the nightlies' own spread, or faster
+    ({"add_tiny": 3.14, "matmul": 1.11}, []),  # above every nightly, but not 5 % above their median
+])
+def test_a_pr_run_is_slower_only_above_the_whole_range_of_the_recent_nightlies(tmp_path, pr_ratios, slower):
+    runs, history = tmp_path / "runs", tmp_path / "history"
+    write_run(runs, "openreg-pr", bench=pr_ratios)
+    for day, (tiny, matmul) in enumerate(NIGHTLY_RATIOS):
+        write_run(history, f"openreg-n{day}", trigger="nightly", pr=None, bench={"add_tiny": tiny, "matmul": matmul},
+                  started=STARTED - dt.timedelta(days=5 - day))
+    # A nightly after the PR run, and another backend's, are no baseline for it.
+    write_run(history, "openreg-later", trigger="nightly", pr=None, bench={"add_tiny": 9.0, "matmul": 9.0},
+              started=STARTED + dt.timedelta(hours=1))
+    write_run(history, "other-n", backend="other", trigger="nightly", pr=None, bench={"add_tiny": 9.0},
+              started=STARTED - dt.timedelta(days=1))
+    [entry] = relay.summarize(relay.read_records(runs)[0], baseline=relay.read_records(history)[0])["backends"]
+    assert [s["measurement"] for s in entry["slower_than_nightly"]] == slower
+    for found in entry["slower_than_nightly"]:
+        assert found["nightlies"] == 5 and found["nightly_median"] == 3.0 and found["nightly_max"] == 3.1
+        assert found["relative"] == round(3.9 / 3.0 - 1, 4)
+
+
+def test_without_bench_or_enough_nightlies_nothing_is_said_of_speed(tmp_path):
+    runs, history = tmp_path / "runs", tmp_path / "history"
+    write_run(runs, "openreg-pr", bench={"add_tiny": 9.0})
+    write_run(runs, "plain-pr", backend="plain")
+    for day in range(2):
+        write_run(history, f"openreg-n{day}", trigger="nightly", pr=None, bench={"add_tiny": 3.0},
+                  started=STARTED - dt.timedelta(days=day + 1))
+    summary = relay.summarize(relay.read_records(runs)[0], baseline=relay.read_records(history)[0])
+    assert {e["backend"]: e["slower_than_nightly"] for e in summary["backends"]} == {"openreg": None, "plain": None}
+    [entry] = relay.summarize(relay.read_records(runs)[0])["backends"][:1]
+    assert entry["slower_than_nightly"] is None  # no history given at all
 
 
 def test_test_results_stay_small_however_many_tests_fail(tmp_path):
