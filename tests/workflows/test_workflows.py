@@ -176,7 +176,9 @@ PRIVILEGED_JOBS = {
     "publish": ["actions/download-artifact", "pypa/gh-action-pypi-publish"],
     # The relay authenticates a report by the OIDC token of the job that sends it.
     "relay-start": ["actions/checkout", "$/actions/setup", "$/actions/relay-report"],
-    "relay-end": ["actions/checkout", "$/actions/setup", "actions/download-artifact", "$/actions/relay-report"],
+    # ...and reads the nightlies it compares the PR's runs with from the data branch (read-only).
+    "relay-end": ["actions/checkout", "$/actions/setup", "actions/download-artifact", "ootci history pull",
+                  "$/actions/relay-report"],
 }
 
 
@@ -204,9 +206,10 @@ def test_least_privilege_permissions(path):
             assert short == set(), f"{path.name}: job {name} grants less than {called.group(1)} asks: {sorted(short)}"
             continue
         if "pages" in granted or "id-token" in granted:
-            # Only two jobs may mint tokens, and they run nothing of their own.
+            # Only these jobs may mint tokens, and they run nothing of their own but a read of the data branch.
             assert name in PRIVILEGED_JOBS, f"{path.name}: job {name} gets pages/id-token"
-            assert [s["uses"].split("@")[0] for s in job["steps"]] == PRIVILEGED_JOBS[name]
+            assert [s["uses"].split("@")[0] if "uses" in s else " ".join(s["run"].split()[:3])
+                     for s in job["steps"]] == PRIVILEGED_JOBS[name]
         assert set(granted.values()) <= {"read", "write"}
         if granted.get("contents") == "write":
             # Only the jobs that push the data branch.
@@ -465,7 +468,7 @@ def test_setup_installs_ootci_from_a_copy_and_not_editable():
     (install,) = [s for s in steps_of(REPO / "actions" / "setup" / "action.yml") if s.get("id") == "install"]
     assert "--editable" not in install["run"] and " -e " not in install["run"]
     assert 'cp -R "$GITHUB_ACTION_PATH/../.." "$RUNNER_TEMP/ootci-src"' in install["run"]
-    assert 'install --quiet --disable-pip-version-check "$RUNNER_TEMP/ootci-src"' in install["run"]
+    assert 'install --quiet --disable-pip-version-check "$RUNNER_TEMP/ootci-src${EXTRAS:+[$EXTRAS]}"' in install["run"]
 
 
 @pytest.mark.parametrize("name", ["nightly.yml", "pytorch-pr.yml", "collect.yml"])
@@ -825,7 +828,8 @@ def test_setup_can_use_the_images_python_in_a_venv_under_runner_temp():
     for use, runs in (("true", False), ("false", True)):
         assert bool(evaluate(setup_python["if"], inputs={"use-image-python": use}, env={"ACT": ""})) is runs
     (install,) = [s for s in steps if s.get("id") == "install"]
-    assert install["env"] == {"USE_IMAGE_PYTHON": "${{ inputs.use-image-python }}", "IMAGE_PYTHON": "${{ inputs.python }}"}
+    assert install["env"] == {"USE_IMAGE_PYTHON": "${{ inputs.use-image-python }}", "IMAGE_PYTHON": "${{ inputs.python }}",
+                              "EXTRAS": "${{ inputs.extras }}"}
     # Still a non-editable install from a copy under runner.temp.
     assert "--editable" not in install["run"] and " -e " not in install["run"]
 
@@ -1365,3 +1369,15 @@ def test_the_pr_path_is_a_reusable_workflow_a_vendor_calls_with_its_manifest():
     for job_name in ("relay-start", "relay-end"):
         [report] = [s for s in doc["jobs"][job_name]["steps"] if s.get("uses") == "$/actions/relay-report"]
         assert report["with"]["torch-instead"] == "${{ inputs.torch }}"
+
+
+@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_job_that_builds_the_dashboard_installs_the_perf_extra_and_no_other_job_does(path):
+    """The change points on the page need numpy and scipy (`ootci[perf]`); a job that does not
+    build the site does not pay for them."""
+    for name, job in load(path).get("jobs", {}).items():
+        steps = job.get("steps", [])
+        builds = any(s.get("uses") == "$/actions/update-dashboard" or
+                     re.search(r"ootci dashboard (build|publish)", s.get("run", "")) for s in steps)
+        extras = {s.get("with", {}).get("extras", "") for s in steps if s.get("uses") == "$/actions/setup"}
+        assert extras == ({"perf"} if builds else extras - {"perf"}), f"{path.name}: job {name}: {extras}"
