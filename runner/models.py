@@ -350,6 +350,10 @@ class Predicate(_Model):
     tests: dict[str, list[str]] = Field(default_factory=dict,
                                         description="suite -> test ids that passed in the good run and failed in the bad one")
     cause: str = Field(default="", description="the bad run's root cause, for people")
+    measurement: str | None = Field(default=None, description="a bench measurement that got slower: a step is bad when "
+                                    "its rounds lie nearer the bad run's than the good run's (stage is then bench)")
+    good_ratios: list[float] = Field(default_factory=list, description="the good run's device/CPU ratio per round")
+    bad_ratios: list[float] = Field(default_factory=list, description="the bad run's device/CPU ratio per round")
 
 
 class BisectRound(_Model):

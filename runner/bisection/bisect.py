@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ootci.runner.core import atomic
-from ootci.runner.bisection import bisect_candidates, bisect_search
+from ootci.runner.bisection import bisect_candidates, bisect_search, slowdown
 from ootci.runner.records import record_files
 from ootci.runner.stages import sources
 from ootci.runner.torch_supply import torch_index, torchspec
@@ -67,13 +67,16 @@ class BisectOptions:
     cache: Path | None = None
     jobs: int | None = None
     max_steps: int = DEFAULT_MAX_STEPS
+    perf: str | None = None
+    """a bench measurement that got slower: what the steps look for, instead of the first failing stage"""
     reporter: Reporter | None = None
 
     def to_json(self) -> dict:
         return {"manifest": str(self.manifest.path), "good": self.good, "bad": self.bad, "axis": self.axis,
                 "versions": self.versions, "commits": self.commits, "index_url": self.index_url,
                 "torch_repo": self.torch_repo, "torch": self.torch, "suites": list(self.suites),
-                "runs": [str(p) for p in self.runs], "jobs": self.jobs, "max_steps": self.max_steps}
+                "runs": [str(p) for p in self.runs], "jobs": self.jobs, "max_steps": self.max_steps,
+                "perf": self.perf}
 
 
 @dataclass
@@ -189,6 +192,9 @@ def judge(record: RunRecord, predicate: Predicate) -> tuple[Verdict, str, str | 
         return Verdict.skip, f"stage {predicate.stage} did not run ({record.interrupted or 'blocked'})", None
     if result.status is Status.crashed:
         return Verdict.skip, _line(f"ootci itself failed in {predicate.stage}: {result.summary}"), predicate.stage
+    if predicate.measurement:
+        verdict, why = slowdown.judge(result, predicate)
+        return verdict, _line(why), predicate.stage
     cause = result.root_cause.summary if result.root_cause else result.summary
     if predicate.tests:
         ran = {(t.suite, t.id): t for t in record.tests}
@@ -237,6 +243,8 @@ class Bisection:
     def run(self, manifest: Manifest, torch: str, index_url: str | None, predicate: Predicate | None) -> RunRecord:
         step = RunOptions(torch=torch, out=(self.dir / STEPS_DIR).absolute(), index_url=index_url,
                           torch_repo=self.options.torch_repo, cache=self.options.cache, jobs=self.options.jobs)
+        if self.options.perf:  # the ends and every step time the measurement
+            step.bench = True
         if predicate is None:  # an end: the whole run, as asked
             step.suites = self.options.suites
         else:
@@ -498,7 +506,8 @@ class Bisection:
     def search(self) -> BisectRecord:
         good, bad = self.end_runs()
         if self.state.predicate is None:
-            self.state.predicate = derive_predicate(good, bad)
+            self.state.predicate = (slowdown.derive(good, bad, self.options.perf) if self.options.perf
+                                    else derive_predicate(good, bad))
             self.save()
         predicate = self.state.predicate
         self.say(f"predicate: stage {predicate.stage}"

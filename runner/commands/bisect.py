@@ -42,6 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"most steps to run, re-runs and skips included (default {bisect.DEFAULT_MAX_STEPS})")
     p.add_argument("--dry-run", action="store_true", help="print the plan (ends, predicate, candidates) and stop")
     p.add_argument("--resume", type=Path, metavar="DIR", help="go on with the bisection in DIR (its bisect.json)")
+    p.add_argument("--perf", metavar="MEASUREMENT",
+                   help="bisect a slowdown of this bench measurement instead of a failure: a step is bad when its "
+                        "rounds lie nearer the bad run's than the good run's, skip when too noisy to tell; "
+                        "without --good/--bad, the ends are the open regression `ootci perf` finds under --runs")
     p.add_argument("--turned-red", action="store_true",
                    help="print, as JSON, each backend whose latest run under --runs is red after a green one "
                         "(good and bad run ids), and stop: what the nightly bisects")
@@ -70,7 +74,9 @@ def options_from(args: argparse.Namespace, saved: dict | None = None) -> bisect.
     manifest = registry.resolve(args.name)
     runs = [p.absolute() for p in (args.runs or [Path("out/runs")])]
     if not (args.good and args.bad):
-        args.good, args.bad = _from_history(manifest.name, runs, args.good, args.bad)
+        find = _slowdown_from_history if getattr(args, "perf", None) else _from_history
+        args.good, args.bad = find(manifest.name, runs, args.good, args.bad, *(
+            [args.perf] if getattr(args, "perf", None) else []))
     if _same_end(args.good, args.bad):
         raise bisect.BisectError(f"--good and --bad are the same ({args.good}): nothing lies between them to bisect")
     if args.max_steps < 1:
@@ -81,7 +87,8 @@ def options_from(args: argparse.Namespace, saved: dict | None = None) -> bisect.
     return bisect.BisectOptions(
         manifest=manifest, good=args.good, bad=args.bad, out=args.out.absolute(), axis=args.axis, versions=versions,
         commits=args.commits, index_url=source.index_url, torch_repo=source.torch_repo, torch=args.torch,
-        suites=_suites(args.suites), runs=runs, cache=source.cache, jobs=source.jobs, max_steps=args.max_steps)
+        suites=_suites(args.suites), runs=runs, cache=source.cache, jobs=source.jobs, max_steps=args.max_steps,
+        perf=getattr(args, "perf", None))
 
 
 def _mainline(backend: str, runs: list[Path]) -> list[tuple[RunRecord, Path]]:
@@ -103,6 +110,19 @@ def _from_history(backend: str, runs: list[Path], good: str | None, bad: str | N
                          f"of {backend} under {', '.join(map(str, runs))} to take {'it' if len(missing) == 1 else 'them'}"
                          f" from: give {' '.join(missing)}")
     return good or pair[0].run_id, bad or pair[1].run_id
+
+
+def _slowdown_from_history(backend: str, runs: list[Path], good: str | None, bad: str | None,
+                           measurement: str) -> tuple[str, str]:
+    """The runs either side of the open regression of `measurement` (`ootci perf`), where --good/--bad were not given."""
+    from ootci.runner.performance import regressions
+
+    found = [r for root in runs if root.is_dir() for r in regressions.find(root, {backend})
+             if r.measurement == measurement]
+    if not found:
+        raise UsageError(f"--good/--bad not given, and no open regression of {backend} {measurement} under "
+                         f"{', '.join(map(str, runs))} to take them from (ootci perf --runs DIR lists them)")
+    return good or found[0].last_good.run_id, bad or found[0].first_bad.run_id
 
 
 def _same_end(good: str, bad: str) -> bool:

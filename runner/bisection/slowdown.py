@@ -1,0 +1,66 @@
+"""The performance predicate of a bisection: which steps keep the bad run's slowdown of one
+bench measurement.
+
+The good and the bad end each timed the measurement in several rounds (runner/stages/bench.py:
+each round is device then CPU, and its device/CPU ratio). The ends must tell apart: the bad
+run's median at least MIN_SLOWDOWN above the good run's, and no round of one inside the other's
+range. A step's rounds are then each nearer one end's median or the other's; the step is bad
+when at least MAJORITY of them are nearer the bad end's, good when as many are nearer the good
+end's, and skip otherwise: too noisy to decide is never guessed.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from ootci.runner.core.errors import BisectError
+from ootci.runner.models import Predicate, RunRecord, StageResult, Status, Verdict
+from ootci.runner.performance.changes import MIN_SLOWDOWN
+
+STAGE = "bench"
+MAJORITY = 0.8
+"""the share of a step's rounds that must lie nearer one end for a verdict"""
+
+
+def rounds(stage: StageResult | None, measurement: str) -> list[float]:
+    """The measurement's per-round device/CPU ratios in a bench stage's result ([] when absent)."""
+    measured = stage.data.get("measurements", {}).get(measurement) if stage is not None else None
+    found = measured.get("round_ratios") if isinstance(measured, dict) else None
+    return [float(r) for r in found if isinstance(r, (int, float)) and r > 0] if isinstance(found, list) else []
+
+
+def derive(good: RunRecord, bad: RunRecord, measurement: str) -> Predicate:
+    """The predicate for `measurement`, from the two ends' rounds; BisectError when they do not tell apart."""
+    g, b = rounds(good.stage(STAGE), measurement), rounds(bad.stage(STAGE), measurement)
+    for run, found in ((good, g), (bad, b)):
+        if not found:
+            raise BisectError(f"the run {run.run_id} has no bench rounds of {measurement!r}: "
+                              f"run the ends with the bench stage (ootci run NAME --suites bench)")
+    before, after = statistics.median(g), statistics.median(b)
+    if after < before * (1 + MIN_SLOWDOWN):
+        raise BisectError(f"{measurement}: the bad run {bad.run_id} is not {MIN_SLOWDOWN:.0%} slower than the good run "
+                          f"{good.run_id} (device/CPU {before:.3g} -> {after:.3g}): nothing to look for")
+    if min(b) <= max(g):
+        raise BisectError(f"{measurement}: the ends' rounds overlap (good {min(g):.3g}-{max(g):.3g}, bad "
+                          f"{min(b):.3g}-{max(b):.3g}): too noisy to bisect")
+    return Predicate(stage=STAGE, measurement=measurement, good_ratios=g, bad_ratios=b,
+                     cause=f"{measurement} {after / before - 1:+.0%} slower (device/CPU {before:.3g} -> {after:.3g})")
+
+
+def judge(result: StageResult, predicate: Predicate) -> tuple[Verdict, str]:
+    """A step's verdict from its bench stage's rounds of the predicate's measurement."""
+    measurement = predicate.measurement or ""
+    found = rounds(result, measurement)
+    if result.status is not Status.passed and not found:
+        return Verdict.skip, f"{STAGE} {result.status.value}: {result.summary}"
+    if not found:
+        return Verdict.skip, f"{measurement} was not measured"
+    good, bad = statistics.median(predicate.good_ratios), statistics.median(predicate.bad_ratios)
+    nearer_bad = sum(1 for r in found if abs(r - bad) < abs(r - good))
+    median = statistics.median(found)
+    said = f"{measurement} {median:.3g} (good {good:.3g}, bad {bad:.3g}; {nearer_bad} of {len(found)} rounds nearer bad)"
+    if nearer_bad >= MAJORITY * len(found):
+        return Verdict.bad, said
+    if len(found) - nearer_bad >= MAJORITY * len(found):
+        return Verdict.good, said
+    return Verdict.skip, f"too noisy to decide: {said}"

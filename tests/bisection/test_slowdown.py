@@ -1,0 +1,114 @@
+"""`ootci bisect --perf MEASUREMENT`: the performance predicate (runner/bisection/slowdown.py) from the
+ends' bench rounds, each step judged by which end its rounds lie nearer, and a walk over candidates
+that finds the commit that made the measurement slower and never guesses a noisy step."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from ootci.runner.bisection import bisect, slowdown
+from ootci.runner.core.errors import BisectError
+from ootci.runner.models import BisectCandidate, BisectRecord, BisectRound, RunRecord, StageResult, Status, TorchInfo
+from ootci.runner.models import Verdict as V
+from tests.support.cli import ootci
+
+STARTED = dt.datetime(2026, 11, 20, 3, 17, tzinfo=dt.timezone.utc)
+GOOD_ROUNDS = [3.0, 3.05, 2.95, 3.02, 2.98]
+BAD_ROUNDS = [3.9, 3.95, 3.85, 4.0, 3.92]
+
+
+def bench_run(run_id: str, rounds: list[float] | None, measurement: str = "add_tiny",
+              status: Status = Status.passed, day: int = 0) -> RunRecord:
+    stages = [StageResult(name="build", status=Status.passed)]
+    if rounds is not None:
+        stages.append(StageResult(name="bench", status=status, summary="bench", data={"measurements": {
+            measurement: {"ratio": sorted(rounds)[len(rounds) // 2], "round_ratios": rounds}}}))
+    return RunRecord(run_id=run_id, backend="openreg", device="openreg", trigger="nightly",
+                     torch=TorchInfo(spec="2.13.0", version="2.13.0"), started_at=STARTED + dt.timedelta(days=day),
+                     status=Status.passed, stages=stages)
+
+
+def predicate():
+    return slowdown.derive(bench_run("good", GOOD_ROUNDS), bench_run("bad", BAD_ROUNDS), "add_tiny")
+
+
+def test_the_predicate_keeps_both_ends_rounds_and_says_the_slowdown():
+    p = predicate()
+    assert (p.stage, p.measurement, p.good_ratios, p.bad_ratios) == ("bench", "add_tiny", GOOD_ROUNDS, BAD_ROUNDS)
+    assert p.cause == "add_tiny +31% slower (device/CPU 3 -> 3.92)"
+
+
+@pytest.mark.parametrize("good, bad, said", [
+    (GOOD_ROUNDS, [3.05, 3.1, 3.08, 3.12, 3.06], "is not 5% slower than the good run"),
+    (GOOD_ROUNDS, [3.04, 3.3, 3.35, 3.4, 3.32], "the ends' rounds overlap"),
+    (None, BAD_ROUNDS, "has no bench rounds of 'add_tiny'"),
+])
+def test_ends_that_do_not_tell_apart_are_refused(good, bad, said):
+    with pytest.raises(BisectError, match=said):
+        slowdown.derive(bench_run("good", good), bench_run("bad", bad), "add_tiny")
+
+
+@pytest.mark.parametrize("rounds, verdict, said", [
+    ([3.8, 3.9, 4.1, 3.7, 3.95], V.bad, "5 of 5 rounds nearer bad"),
+    ([3.1, 2.9, 3.0, 3.3, 3.05], V.good, "0 of 5 rounds nearer bad"),
+    ([3.8, 3.9, 3.0, 3.1, 3.95], V.skip, "too noisy to decide"),  # 3 of 5: no verdict is guessed
+    ([3.8, 3.9, 3.7, 3.95, 3.1], V.bad, "4 of 5 rounds nearer bad"),
+])
+def test_a_step_is_judged_by_which_end_its_rounds_lie_nearer(rounds, verdict, said):
+    found, why, stage = bisect.judge(bench_run("step", rounds), predicate())
+    assert found is verdict and said in why and stage == "bench"
+
+
+def test_a_step_without_the_measurement_is_skipped():
+    assert bisect.judge(bench_run("step", [1.0], measurement="matmul"), predicate())[:2] == \
+        (V.skip, "add_tiny was not measured")
+    failed = bench_run("step", None)
+    failed.stages.append(StageResult(name="bench", status=Status.failed, summary="1 of 16 measurements failed"))
+    assert bisect.judge(failed, predicate())[:2] == (V.skip, "bench failed: 1 of 16 measurements failed")
+
+
+def test_a_walk_finds_the_commit_that_made_it_slower_past_a_noisy_one(tmp_path):
+    """Eight backend commits; the fifth adds the slowdown; the third is noisy (its rounds straddle
+    the ends): it is skipped, and the fifth is named with the fourth as the last good one."""
+    from ootci.runner.manifests import registry
+
+    options = bisect.BisectOptions(manifest=registry.resolve("openreg"), good="c0", bad="c7", out=tmp_path,
+                                   axis="backend", perf="add_tiny")
+    state = BisectRecord(bisect_id="bisect-openreg-perf", backend="openreg", started_at=bisect.now(),
+                         good="c0", bad="c7", predicate=predicate())
+    b = bisect.Bisection(options, state, tmp_path)
+    commits = [f"{k:x}" * 40 for k in range(8)]
+    r = BisectRound(axis="backend", fixed="torch 2.13.0", torch="2.13.0",
+                    candidates=[BisectCandidate(label=f"openreg@{c[:7]}", spec=c, commit=c) for c in commits])
+    state.rounds.append(r)
+
+    def step(candidate):
+        k = commits.index(candidate.commit)
+        rounds = BAD_ROUNDS if k >= 4 else [3.8, 3.9, 3.0, 3.1, 3.95] if k == 2 else GOOD_ROUNDS
+        return bench_run(f"step-{k}", rounds)
+
+    b.walk(r, state.predicate, step)
+    assert r.result.kind == "found", r.result
+    assert (r.candidates[r.result.last_good].commit, r.candidates[r.result.first_bad].commit) == (commits[3], commits[4])
+    assert r.result.cause.startswith("add_tiny 3.92") and "5 of 5 rounds nearer bad" in r.result.cause
+    assert all(s.verdict is not V.bad for s in r.steps if r.candidates[s.candidate].commit in commits[:4])
+
+
+def test_without_ends_the_open_regression_under_runs_names_them(tmp_path):
+    """--perf without --good/--bad: the runs either side of the change `ootci perf` finds."""
+    from ootci.runner.records import record_files
+
+    runs = tmp_path / "runs"
+    for day in range(12):
+        rounds = [r * (1.3 if day >= 8 else 1.0) * (1 + 0.01 * ((day * 7) % 5 - 2)) for r in GOOD_ROUNDS]
+        record = bench_run(f"openreg-202611{day + 1:02d}T031700Z-{day:06x}", rounds, day=day)
+        record.finished_at = record.started_at + dt.timedelta(minutes=5)
+        record_files.write(runs / record.run_id, record)
+    planned = ootci("bisect", "openreg", "--perf", "add_tiny", "--runs", str(runs), "--out", str(tmp_path / "b"),
+                    "--axis", "backend", "--dry-run")
+    assert "openreg-20261108T031700Z-000007" in planned.stdout + planned.stderr
+    assert "openreg-20261109T031700Z-000008" in planned.stdout + planned.stderr
+    none = ootci("bisect", "openreg", "--perf", "matmul", "--runs", str(runs), "--out", str(tmp_path / "c"))
+    assert none.returncode == 2 and "no open regression of openreg matmul" in none.stderr
