@@ -20,6 +20,7 @@ from typing_extensions import Required, TypedDict
 
 from ootci.runner.records import packed_tests, record_files
 from ootci.runner.models import BisectRecord, Outcome, RunRecord
+from ootci.runner.performance import series
 
 RECORD_NAME = record_files.RECORD_NAME
 BISECT_NAME = record_files.BISECT_NAME
@@ -318,12 +319,7 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
 
 def _bench(record: RunRecord) -> str | None:
     """The device/CPU ratio of each measurement the run's bench stage recorded."""
-    stage = record.stage("bench")
-    measured = stage.data.get("measurements") if stage is not None else None
-    if not isinstance(measured, dict):
-        return None
-    found = {name: float(m["ratio"]) for name, m in measured.items()
-             if isinstance(m, dict) and isinstance(m.get("ratio"), (int, float)) and m["ratio"] > 0}
+    found = series.ratios(record)
     return _compact({"ratios": found}) if found else None
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from ootci.runner.models import RunRecord
 from ootci.runner.performance.changes import MIN_SLOWDOWN
-from ootci.runner.performance.series import BENCH
+from ootci.runner.performance.series import ratios
 
 NIGHTLIES = 10
 MIN_NIGHTLIES = 3
@@ -35,13 +35,6 @@ class Slower:
 
     def to_json(self) -> dict:
         return {**asdict(self), "relative": round(self.relative, 4)}
-
-
-def ratios(record: RunRecord) -> dict[str, float]:
-    stage = record.stage(BENCH)
-    measured = stage.data.get("measurements", {}) if stage is not None else {}
-    return {name: float(m["ratio"]) for name, m in measured.items()
-            if isinstance(m, dict) and isinstance(m.get("ratio"), (int, float)) and m["ratio"] > 0}
 
 
 def compare(pr_run: RunRecord, history: list[RunRecord]) -> list[Slower] | None:

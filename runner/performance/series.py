@@ -39,6 +39,16 @@ class Series:
         return [p.ratio for p in self.points]
 
 
+def ratios(record: RunRecord) -> dict[str, float]:
+    """The device/CPU ratio of each measurement the record's bench stage recorded ({} without one)."""
+    stage = record.stage(BENCH)
+    measured = stage.data.get("measurements") if stage is not None else None
+    if not isinstance(measured, dict):
+        return {}
+    return {name: float(m["ratio"]) for name, m in sorted(measured.items())
+            if isinstance(m, dict) and isinstance(m.get("ratio"), (int, float)) and m["ratio"] > 0}
+
+
 def is_main_line(record: RunRecord) -> bool:
     return record.trigger != "pr" and record.pr is None and record.shard is None
 
@@ -47,17 +57,11 @@ def of_records(records: list[RunRecord]) -> dict[tuple[str, str], Series]:
     """(backend, measurement) -> its series, from records of any backends, in any order."""
     found: dict[tuple[str, str], Series] = {}
     for record in sorted(filter(is_main_line, records), key=lambda r: r.started_at):
-        stage = record.stage(BENCH)
-        if stage is None:
-            continue
         build = record.stage("build")
         source = build.data.get("source") if build is not None else None
-        for name, measured in sorted(stage.data.get("measurements", {}).items()):
-            ratio = measured.get("ratio") if isinstance(measured, dict) else None
-            if not isinstance(ratio, (int, float)) or ratio <= 0:
-                continue
+        for name, ratio in ratios(record).items():
             series = found.setdefault((record.backend, name), Series(record.backend, name))
-            series.points.append(Point(record.run_id, record.started_at.isoformat(), float(ratio),
+            series.points.append(Point(record.run_id, record.started_at.isoformat(), ratio,
                                        record.torch.git_version, source))
     return found
 
