@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ootci.runner.bisection import bisect, bisect_search
+from ootci.runner.bisection import bisect, bisect_search, slowdown
 from ootci.runner.commands import torch_options
 from ootci.runner.manifests import registry
 from ootci.runner.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, OotciError, OutputError, UsageError
@@ -151,18 +151,39 @@ def turned_red(history: list[tuple[RunRecord, Path]], latest_only: bool = True) 
 
 
 def print_turned_red(runs: list[Path]) -> int:
-    entries = []
-    for manifest in registry.load_all():
+    """Each backend that turned red with its latest run, and each bench measurement whose slowdown
+    was found with it (`perf`: the measurement; `ootci[perf]` is needed to look for those)."""
+    manifests = registry.load_all()
+    pairs = []
+    for manifest in manifests:
         pair = turned_red(_mainline(manifest.name, runs))
         if pair:
-            # The vendor's runner and, on it, the vendor's container (bisect.yml's inputs as they are):
-            # a bisect job on the bare host has no device runtime.
-            entries.append({"backend": manifest.name, "good": pair[0].run_id, "bad": pair[1].run_id,
-                            "runs_on": manifest.ci.runs_on, "container": manifest.ci.container_input(),
-                            "login_shell": manifest.ci.login_shell,
-                            "use_image_python": manifest.ci.use_image_python})
+            pairs.append((manifest, pair[0].run_id, pair[1].run_id, None))
+    try:
+        for found in new_slowdowns(runs, {m.name for m in manifests}):
+            manifest = next(m for m in manifests if m.name == found.backend)
+            pairs.append((manifest, found.last_good.run_id, found.first_bad.run_id, found.measurement))
+    except UsageError as exc:  # no perf extra: failures are still bisected
+        print(f"ootci bisect: slowdowns not looked for: {exc.message}", file=sys.stderr)
+    entries = []
+    for manifest, good, bad, measurement in pairs:
+        # The vendor's runner and, on it, the vendor's container (bisect.yml's inputs as they are):
+        # a bisect job on the bare host has no device runtime.
+        entries.append({"backend": manifest.name, "good": good, "bad": bad,
+                        "runs_on": manifest.ci.runs_on, "container": manifest.ci.container_input(),
+                        "login_shell": manifest.ci.login_shell,
+                        "use_image_python": manifest.ci.use_image_python, "perf": measurement or ""})
     print(json.dumps(entries))
     return 0
+
+
+def new_slowdowns(runs: list[Path], backends: set[str]):
+    """The open regressions that the latest run of their backend revealed: not open without it."""
+    from ootci.runner.performance import regressions
+
+    for root in runs:
+        if root.is_dir():
+            yield from regressions.newly_found(root, backends)
 
 
 def dry_run(b: bisect.Bisection) -> int:
@@ -174,7 +195,8 @@ def dry_run(b: bisect.Bisection) -> int:
             print(f"  would first run {end.given} (suites: {','.join(options.suites) or 'none'})")
     if b.good.record is None or b.bad.record is None:
         return 0
-    predicate = bisect.derive_predicate(b.good.record, b.bad.record)
+    predicate = (slowdown.derive(b.good.record, b.bad.record, options.perf) if options.perf
+                 else bisect.derive_predicate(b.good.record, b.bad.record))
     print(f"predicate: stage {predicate.stage}: {predicate.cause}")
     for suite, ids in predicate.tests.items():
         for test_id in ids:

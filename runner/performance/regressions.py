@@ -32,9 +32,26 @@ class Regression:
                 f"last good {self.last_good.run_id}")
 
 
-def find(runs: Path, backends: set[str] | None = None) -> list[Regression]:
+def newly_found(runs: Path, backends: set[str] | None = None) -> list[Regression]:
+    """The open regressions that the latest point of their series revealed: judged without that
+    point, the series had none (or one that began elsewhere). What the nightly bisects, once."""
+    every = series.of_directory(runs)
     found = []
-    for (backend, measurement), one in sorted(series.of_directory(runs).items()):
+    for regression in _open(every, backends):
+        one = every[(regression.backend, regression.measurement)]
+        before = changes.open_regression(one.ratios[:-1])
+        if before is None or one.points[before.index].run_id != regression.first_bad.run_id:
+            found.append(regression)
+    return found
+
+
+def find(runs: Path, backends: set[str] | None = None) -> list[Regression]:
+    return _open(series.of_directory(runs), backends)
+
+
+def _open(every: dict[tuple[str, str], series.Series], backends: set[str] | None) -> list[Regression]:
+    found = []
+    for (backend, measurement), one in sorted(every.items()):
         if backends and backend not in backends:
             continue
         change = changes.open_regression(one.ratios)

@@ -291,7 +291,8 @@ def test_turned_red_lists_backends_whose_latest_run_is_the_first_red_one(tmp_pat
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == [{"backend": "openreg", "good": "openreg-20261120T030000Z-aaaaaa",
                                           "bad": "openreg-20261121T030000Z-bbbbbb", "runs_on": ["ubuntu-latest"],
-                                          "container": "", "login_shell": False, "use_image_python": False}]
+                                          "container": "", "login_shell": False, "use_image_python": False,
+                                          "perf": ""}]
     # A later run whose job left no record says nothing of the backend: the red run is still the turn.
     missing = runs / "openreg-20261121T120000Z-dddddd"
     write_run(runs, missing.name, version="2.16.0.dev20261121+cpu", git_version="d" * 40, smoke=Status.failed,

@@ -112,3 +112,32 @@ def test_without_ends_the_open_regression_under_runs_names_them(tmp_path):
     assert "openreg-20261109T031700Z-000008" in planned.stdout + planned.stderr
     none = ootci("bisect", "openreg", "--perf", "matmul", "--runs", str(runs), "--out", str(tmp_path / "c"))
     assert none.returncode == 2 and "no open regression of openreg matmul" in none.stderr
+
+
+def test_the_nightly_plan_lists_a_slowdown_the_latest_night_revealed_and_only_that_night(tmp_path):
+    """`ootci bisect --turned-red` (nightly.yml's bisect-plan): besides backends that turned red, each
+    bench measurement whose slowdown the detector finds with the latest run and did not find without
+    it, with the runs either side (`perf`: the measurement). The night after, it is not listed again."""
+    import json
+    import random
+
+    from ootci.runner.records import record_files
+
+    runs = tmp_path / "runs"
+    noise = random.Random(3)
+    nights = [1 + noise.gauss(0, 0.02) for _ in range(20)] + [1.3 * (1 + noise.gauss(0, 0.02)) for _ in range(3)]
+
+    def night(day: int) -> str:
+        record = bench_run(f"openreg-{(STARTED + dt.timedelta(days=day)):%Y%m%dT%H%M%SZ}-{day:06x}",
+                           [nights[day]] * 5, day=day)
+        record.finished_at = record.started_at + dt.timedelta(minutes=5)
+        record_files.write(runs / record.run_id, record)
+        return record.run_id
+
+    ids = [night(day) for day in range(22)]  # two nights at the new level: found with the second
+    planned = ootci("bisect", "--turned-red", "--runs", str(runs))
+    assert planned.returncode == 0, planned.stderr
+    assert [(e["backend"], e["good"], e["bad"], e["perf"]) for e in json.loads(planned.stdout)] == \
+        [("openreg", ids[19], ids[20], "add_tiny")]
+    night(22)
+    assert json.loads(ootci("bisect", "--turned-red", "--runs", str(runs)).stdout) == []

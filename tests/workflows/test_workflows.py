@@ -301,7 +301,7 @@ def test_bisect_is_a_reusable_workflow_with_its_inputs():
         "runs-on": ("string", '["ubuntu-latest"]'), "python-version": ("string", "3.11"),
         "history-branch": ("string", "ootci-data"), "history-repository": ("string", ""),
         "container": ("string", ""), "devices": ("string", ""), "login-shell": ("boolean", False),
-        "use-image-python": ("boolean", False),
+        "use-image-python": ("boolean", False), "perf": ("string", ""),
     }
     assert {name: (spec["type"], spec.get("default")) for name, spec in inputs.items()} == expected
     assert [name for name, spec in inputs.items() if spec.get("required")] == ["backend"]
@@ -1372,12 +1372,13 @@ def test_the_pr_path_is_a_reusable_workflow_a_vendor_calls_with_its_manifest():
 
 
 @pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
-def test_every_job_that_builds_the_dashboard_installs_the_perf_extra_and_no_other_job_does(path):
-    """The change points on the page need numpy and scipy (`ootci[perf]`); a job that does not
-    build the site does not pay for them."""
+def test_every_job_that_judges_bench_series_installs_the_perf_extra_and_no_other_job_does(path):
+    """The change points on the page, and the slowdowns the nightly bisects, need numpy and scipy
+    (`ootci[perf]`); a job that does neither does not pay for them."""
     for name, job in load(path).get("jobs", {}).items():
         steps = job.get("steps", [])
         builds = any(s.get("uses") == "$/actions/update-dashboard" or
-                     re.search(r"ootci dashboard (build|publish)", s.get("run", "")) for s in steps)
+                     re.search(r"ootci dashboard (build|publish)|ootci bisect --turned-red", s.get("run", ""))
+                     for s in steps)
         extras = {s.get("with", {}).get("extras", "") for s in steps if s.get("uses") == "$/actions/setup"}
         assert extras == ({"perf"} if builds else extras - {"perf"}), f"{path.name}: job {name}: {extras}"
