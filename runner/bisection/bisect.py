@@ -243,8 +243,9 @@ class Bisection:
     def run(self, manifest: Manifest, torch: str, index_url: str | None, predicate: Predicate | None) -> RunRecord:
         step = RunOptions(torch=torch, out=(self.dir / STEPS_DIR).absolute(), index_url=index_url,
                           torch_repo=self.options.torch_repo, cache=self.options.cache, jobs=self.options.jobs)
-        if self.options.perf:  # the ends and every step time the measurement
+        if self.options.perf:  # the ends and every step time the measurement, and a step only it
             step.bench = True
+            step.bench_only = (self.options.perf,) if predicate is not None else ()
         if predicate is None:  # an end: the whole run, as asked
             step.suites = self.options.suites
         else:

@@ -33,6 +33,8 @@ class RunOptions:
     bench: bool | None = None
     """the bench stage: True where `--suites` named it, False for `--suites none`, None as the
     manifest says ([suites] bench)"""
+    bench_only: tuple[str, ...] = ()
+    """the bench measurements to time (empty: all of them); a slowdown's bisection times one"""
     trigger: str = "manual"
     pr: int | None = None
     pr_head_sha: str | None = None

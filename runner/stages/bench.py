@@ -30,12 +30,12 @@ def wanted(manifest: Manifest, options: RunOptions) -> bool:
 
 def run(ctx: RunContext) -> StageResult:
     runner = Runner(ctx.python, timeout=ctx.manifest.timeouts.bench, log=ctx.log_path())
-    return result_of(runner.probe("bench.py", *probe_args(ctx.manifest)))
+    return result_of(runner.probe("bench.py", *probe_args(ctx.manifest, ctx.options.bench_only)))
 
 
-def probe_args(manifest: Manifest) -> list[str]:
+def probe_args(manifest: Manifest, only: tuple[str, ...] = ()) -> list[str]:
     return ["--device", manifest.device, "--package", manifest.import_name, "--rounds", str(ROUNDS),
-            "--min-run-time", str(MIN_RUN_TIME_S)]
+            "--min-run-time", str(MIN_RUN_TIME_S), *(["--only", ",".join(only)] if only else [])]
 
 
 def result_of(probe: Probe) -> StageResult:

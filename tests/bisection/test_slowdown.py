@@ -141,3 +141,24 @@ def test_the_nightly_plan_lists_a_slowdown_the_latest_night_revealed_and_only_th
         [("openreg", ids[19], ids[20], "add_tiny")]
     night(22)
     assert json.loads(ootci("bisect", "--turned-red", "--runs", str(runs)).stdout) == []
+
+
+def test_a_step_times_only_the_measurement_and_an_end_times_them_all(tmp_path, monkeypatch):
+    """A slowdown's step costs one measurement's rounds, not the whole bench stage: the probe gets
+    --only MEASUREMENT; an end run from a spec records every measurement, as a nightly does."""
+    from ootci.runner.manifests import registry
+    from ootci.runner.stages import bench
+
+    manifest = registry.resolve("openreg")
+    asked = []
+    monkeypatch.setattr(bisect, "run_backend", lambda m, options, reporter: asked.append(options) or bench_run("x", None))
+    options = bisect.BisectOptions(manifest=manifest, good="c0", bad="c7", out=tmp_path, perf="add_tiny")
+    b = bisect.Bisection(options, BisectRecord(bisect_id="b", backend="openreg", started_at=bisect.now(),
+                                               good="c0", bad="c7"), tmp_path)
+    b.run(manifest, "2.13.0", None, predicate())
+    b.run(manifest, "2.13.0", None, None)
+    step, end = asked
+    assert (step.bench, step.bench_only, step.last_stage, step.suites) == (True, ("add_tiny",), "bench", ())
+    assert (end.bench, end.bench_only) == (True, ())
+    assert bench.probe_args(manifest, step.bench_only)[-2:] == ["--only", "add_tiny"]
+    assert "--only" not in bench.probe_args(manifest)
