@@ -87,9 +87,10 @@ def section(main: list[Run]) -> Section | None:
         for m in measurements:
             values = [ratio for _, ratio in m.points]
             found = changes.changes(values)
-            for k, change in enumerate(found):
+            still_open = changes.open_of(found)
+            for change in found:
                 m.shifts.append(Shift(m.points[change.index - 1][0], m.points[change.index][0], change.before,
-                                      change.after, open=k == len(found) - 1 and change.is_slowdown))
+                                      change.after, open=change is still_open))
     except UsageError:  # no perf extra: charts without change points
         judged = False
     return Section(measurements, judged)

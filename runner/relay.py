@@ -576,7 +576,7 @@ def summarize(records: list[RunRecord], *, page_url: str | None = None, baseline
             entry.update(baseline=None, new_failures=None, new_failing_tests=None)
         # The bench measurements this run made slower than the backend's recent nightlies (None:
         # no bench in this run, or too few nightlies with one to judge by).
-        slower = perf_baseline.compare(record, baseline or []) if baseline is not None else None
+        slower = perf_baseline.compare(record, baseline) if baseline is not None else None
         entry["slower_than_nightly"] = None if slower is None else [s.to_json() for s in slower]
         backends.append(entry)
     summary: dict[str, Any] = {"schema": "ootci/1", **totals, "conclusion": conclusion_of(records),

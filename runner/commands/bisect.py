@@ -73,10 +73,10 @@ def options_from(args: argparse.Namespace, saved: dict | None = None) -> bisect.
         raise UsageError("give the backend: ootci bisect NAME --good X --bad Y")
     manifest = registry.resolve(args.name)
     runs = [p.absolute() for p in (args.runs or [Path("out/runs")])]
-    if not (args.good and args.bad):
-        find = _slowdown_from_history if getattr(args, "perf", None) else _from_history
-        args.good, args.bad = find(manifest.name, runs, args.good, args.bad, *(
-            [args.perf] if getattr(args, "perf", None) else []))
+    if not (args.good and args.bad) and args.perf:
+        args.good, args.bad = _slowdown_from_history(manifest.name, runs, args.good, args.bad, args.perf)
+    elif not (args.good and args.bad):
+        args.good, args.bad = _from_history(manifest.name, runs, args.good, args.bad)
     if _same_end(args.good, args.bad):
         raise bisect.BisectError(f"--good and --bad are the same ({args.good}): nothing lies between them to bisect")
     if args.max_steps < 1:
@@ -88,7 +88,7 @@ def options_from(args: argparse.Namespace, saved: dict | None = None) -> bisect.
         manifest=manifest, good=args.good, bad=args.bad, out=args.out.absolute(), axis=args.axis, versions=versions,
         commits=args.commits, index_url=source.index_url, torch_repo=source.torch_repo, torch=args.torch,
         suites=_suites(args.suites), runs=runs, cache=source.cache, jobs=source.jobs, max_steps=args.max_steps,
-        perf=getattr(args, "perf", None))
+        perf=args.perf)
 
 
 def _mainline(backend: str, runs: list[Path]) -> list[tuple[RunRecord, Path]]:

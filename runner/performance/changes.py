@@ -83,5 +83,9 @@ def changes(values: list[float], **options) -> list[Change]:
 
 def open_regression(values: list[float], **options) -> Change | None:
     """The last change, when it is a slowdown: what a backend's page and the nightly report."""
-    found = changes(values, **options)
+    return open_of(changes(values, **options))
+
+
+def open_of(found: list[Change]) -> Change | None:
+    """Of a series' changes, oldest first, the one that is an open regression (or None)."""
     return found[-1] if found and found[-1].is_slowdown else None

@@ -218,7 +218,6 @@ def main(argv: list[str] | None = None) -> int:
     workdir, env = prepare(repo, root)
     out = root / "out"
     out.mkdir(exist_ok=True)
-    data_remote(out)
     inputs = dict(item.split("=", 1) for item in args.inputs)
     result = run_act(workdir, "workflow_dispatch", args.workflow, env={**env, "OOTCI_ACT_DIR": str(out)},
                      inputs=inputs, log=root / "act.log", stubs=root / "stubs")
