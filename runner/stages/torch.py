@@ -26,7 +26,7 @@ def run(ctx: RunContext) -> StageResult:
         return StageResult(name=NAME, status=Status.failed, summary=exc.message, root_cause=exc.cause)
     if not plan.needs_install:
         python = ctx.python
-        info = _under_test(ctx, python)
+        info = _under_test(ctx, envs.torch_info(python))
         ctx.record.torch = TorchInfo(spec=spec.raw, source=str(python), **info)
         return StageResult(name=NAME, status=Status.passed, summary=f"torch {info['version']} already in {python}",
                            data={"location": info["location"]})
@@ -34,7 +34,7 @@ def run(ctx: RunContext) -> StageResult:
     layer, reused = envs.torch_layer(plan.install_args, plan.key, log=ctx.log_path(),
                                      timeout=ctx.manifest.timeouts.torch, cache=ctx.cache)
     ctx.torch_env = layer
-    info = _under_test(ctx, layer.python)
+    info = _under_test(ctx, envs.layer_torch_info(layer))
     ctx.record.torch = TorchInfo(spec=spec.raw, source=plan.source, index_url=plan.index_url, **info)
     if plan.commit and info.get("git_version") != plan.commit:
         return config_failure(NAME, f"the torch installed reports commit {info.get('git_version')}, "
@@ -46,8 +46,7 @@ def run(ctx: RunContext) -> StageResult:
                              "location": info["location"]})
 
 
-def _under_test(ctx: RunContext, python) -> dict:
-    info = envs.torch_info(python)
+def _under_test(ctx: RunContext, info: dict) -> dict:
     ctx.torch_under_test = torch_pin.TorchUnderTest.from_info(info)
     ctx.constraint = torch_pin.write_constraint(ctx.run_dir, ctx.torch_under_test)
     return info

@@ -106,7 +106,7 @@ def create_venv(root: Path, *, base_python: str | None = None, log: Path | None 
 
 
 def _finish(env: Env, meta: dict) -> None:
-    tmp = env.ready_marker.with_suffix(".tmp")
+    tmp = env.ready_marker.with_suffix(f".{os.getpid()}.tmp")  # two runs may record a layer's torch at once
     tmp.write_text(json.dumps(meta, indent=2, default=str))
     os.replace(tmp, env.ready_marker)
 
@@ -147,7 +147,14 @@ def _build_layer(env: Env, install_args: list[str], packages: list[str], *, log:
     result = procs.run(pip_argv(env, "install", *install_args, *packages), timeout=timeout, log=log)
     if not result.ok:
         raise TargetEnvironmentError(_pip_failure("install torch", result))
-    _finish(env, {"install_args": install_args, "packages": packages})
+    # What `import torch` there says of itself, probed once: a ready layer is never installed
+    # into again, and every run over it would otherwise start one more interpreter to ask. (A
+    # torch that cannot be imported is recorded as nothing: the torch stage probes it and says why.)
+    try:
+        said = {"torch": torch_info(env.python)}
+    except TargetEnvironmentError:
+        said = {}
+    _finish(env, {"install_args": install_args, "packages": packages, **said})
 
 
 def _pip_failure(what: str, result: procs.ProcResult) -> str:
@@ -207,6 +214,28 @@ _TORCH_INFO = (
     "'git_version': getattr(torch.version, 'git_version', None), 'dist_version': dist, "
     "'location': os.path.dirname(os.path.realpath(torch.__file__))}))"
 )
+
+
+def layer_torch_info(layer: Env) -> dict:
+    """torch_info of a ready torch layer, as its ready marker records it. A layer built by an
+    older ootci (a cache restored in CI) is asked once, and its marker then records the answer."""
+    try:
+        meta = json.loads(layer.ready_marker.read_text())
+    except (OSError, ValueError):
+        meta = None
+    recorded = meta.get("torch") if isinstance(meta, dict) else None
+    if isinstance(recorded, dict) and set(recorded) >= TORCH_INFO_FIELDS:
+        return recorded
+    info = torch_info(layer.python)
+    if isinstance(meta, dict):
+        try:
+            _finish(layer, {**meta, "torch": info})
+        except OSError:
+            pass  # a read-only cache: asked again next time
+    return info
+
+
+TORCH_INFO_FIELDS = {"version", "git_version", "dist_version", "location"}
 
 
 def torch_info(python: Path | str, *, timeout: float = 120) -> dict:

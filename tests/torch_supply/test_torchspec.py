@@ -218,3 +218,28 @@ def test_run_refuses_a_version_the_index_does_not_have(tmp_path):
     assert again.returncode == 0, again.stderr
     other = subprocess.run([*dry_run[:4], "2.15.0", *dry_run[5:]], capture_output=True, text=True, timeout=120, env=env)
     assert other.returncode == 5 and "has no torch 2.15.0; it has 2.13.0" in other.stderr
+
+
+def test_a_ready_layer_says_its_torch_without_starting_an_interpreter(torch_layer, layer_torch, monkeypatch, tmp_path):
+    """The torch stage reads a layer's torch from its ready marker: every run over the layer would
+    otherwise start an interpreter to `import torch` and ask. A layer from an older ootci (a CI cache)
+    is asked once, and its marker keeps the answer."""
+    from ootci.runner.torch_supply import envs
+
+    assert envs.layer_torch_info(torch_layer) == layer_torch  # asked at most once, here
+    assert json.loads(torch_layer.ready_marker.read_text())["torch"] == layer_torch
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("a ready layer's torch was asked again")
+
+    monkeypatch.setattr(envs, "torch_info", no_probe)
+    assert envs.layer_torch_info(torch_layer) == layer_torch
+    older = envs.Env(tmp_path / "older-layer")
+    older.root.mkdir()
+    older.ready_marker.write_text(json.dumps({"install_args": ["torch==2.13.0"], "packages": []}))
+    monkeypatch.setattr(envs, "torch_info", lambda python, **kwargs: {**layer_torch, "asked": str(python)})
+    assert envs.layer_torch_info(older)["asked"] == str(older.python)
+    assert json.loads(older.ready_marker.read_text()) == {"install_args": ["torch==2.13.0"], "packages": [],
+                                                           "torch": {**layer_torch, "asked": str(older.python)}}
+    monkeypatch.setattr(envs, "torch_info", no_probe)
+    assert envs.layer_torch_info(older)["asked"] == str(older.python)
