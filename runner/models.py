@@ -247,7 +247,7 @@ def variant_index(version: str) -> str | None:
 
 
 def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | list[str] = SUITES,
-                      shard: str | None = None, bench: bool | None = None) -> str:
+                      shard: str | None = None, bench: bool | None = None, bench_only: tuple[str, ...] = ()) -> str:
     """`ootci run ...` that tests the same backend against the same torch, on any machine.
 
     The torch is named as resolved, never as asked for: `nightly` becomes the version
@@ -274,6 +274,8 @@ def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | 
     if tuple(suites) != SUITES or bench:
         named = [*suites, *(["bench"] if bench else [])]
         argv += ["--suites", ",".join(named) or "none"]
+    if bench_only:
+        argv += ["--bench-only", ",".join(bench_only)]
     if shard:
         argv += ["--shard", shard]
     return shlex.join(argv)

@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--suites", default=None,
                    help="comma-separated stages that test: smoke, integration, bench, or none (default: smoke and "
                         "integration, and bench where the manifest turns it on)")
+    p.add_argument("--bench-only", metavar="NAME[,NAME...]",
+                   help="the bench stage times only these measurements (e.g. add_tiny,matmul; default: every one)")
     torch_options.add_torch_source(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run (the torch plan, the stages) and stop")
     p.add_argument("--trigger", default="manual", choices=["manual", "nightly", "pr"])
@@ -58,6 +60,11 @@ def options_from(args: argparse.Namespace) -> RunOptions:
     suites = tuple(s for s in named if s != bench.NAME)
     # --suites bench adds the stage where the manifest does not; --suites none runs no test stage at all.
     bench_stage = True if bench.NAME in named else False if args.suites is not None and not named else None
+    bench_only = tuple(n.strip() for n in (args.bench_only or "").split(",") if n.strip())
+    if args.bench_only is not None and (not bench_only or bench_stage is False):
+        raise UsageError("--bench-only: names the measurements of the bench stage (with --suites bench, or "
+                         "[suites] bench = true in the manifest)" if bench_stage is False else
+                         "--bench-only: no measurement named")
     python = args.python
     if python is not None:
         python = python.absolute()
@@ -85,7 +92,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         raise OutputError(f"--out: {args.out} exists and is not a directory")
     # Absolute: stages run tools in other working directories.
     return RunOptions(torch=spec.raw, out=args.out.absolute(), python=python, index_url=source.index_url, suites=suites,
-                      bench=bench_stage, trigger=args.trigger, pr=args.pr, pr_head_sha=args.pr_head_sha or None,
+                      bench=bench_stage, bench_only=bench_only, trigger=args.trigger, pr=args.pr, pr_head_sha=args.pr_head_sha or None,
                       relay_delivery_id=args.delivery_id or None, jobs=source.jobs, cache=source.cache,
                       torch_repo=source.torch_repo, dry_run=args.dry_run, shard=shard, shard_group=shard_group)
 

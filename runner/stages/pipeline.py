@@ -130,7 +130,8 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
         torch=torch, python=platform.python_version(),
         platform=f"{sys.platform}-{platform.machine()}", host=socket.gethostname(),
         ootci_version=__version__, started_at=started,
-        command=reproduce_command(ref, torch, options.suites, options.shard, options.bench),
+        command=reproduce_command(ref, torch, options.suites, options.shard, options.bench,
+                                  options.bench_only),
         shard=options.shard, shard_group=options.shard_group if options.shard else None,
         ci_run_url=ci_run_url(),
     )
@@ -180,7 +181,8 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
                     skipper = result.summary
                 if name == "torch":
                     # From here on the record names the torch as resolved, not as asked for.
-                    record.command = reproduce_command(ref, record.torch, options.suites, options.shard, options.bench)
+                    record.command = reproduce_command(ref, record.torch, options.suites, options.shard,
+                                                        options.bench, options.bench_only)
             record.stages.append(result)
             writer.write(record)
     finally:

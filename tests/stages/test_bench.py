@@ -48,6 +48,29 @@ def test_the_reproduce_command_names_bench_only_when_suites_did():
     assert reproduce_command("openreg", torch, ("smoke",)) == "ootci run openreg --torch 2.13.0 --suites smoke"
     assert reproduce_command("openreg", torch, (), bench=False) == "ootci run openreg --torch 2.13.0 --suites none"
     assert reproduce_command("openreg", torch, (), bench=True) == "ootci run openreg --torch 2.13.0 --suites bench"
+    assert reproduce_command("openreg", torch, (), bench=True, bench_only=("add_tiny", "empty")) == \
+        "ootci run openreg --torch 2.13.0 --suites bench --bench-only add_tiny,empty"
+
+
+def test_bench_only_names_the_measurements_the_probe_times(tmp_path):
+    """--bench-only reaches the probe as --only; without the bench stage it is refused in one line."""
+    from ootci.runner.commands.run import options_from
+    from ootci.runner.cli import build_parser
+
+    def options(*args: str) -> RunOptions:
+        return options_from(build_parser().parse_args(["run", "openreg", "--torch", "2.13.0", "--out", str(tmp_path),
+                                                       *args]))
+
+    chosen = options("--suites", "bench", "--bench-only", "add_tiny, empty")
+    assert (chosen.bench, chosen.bench_only) == (True, ("add_tiny", "empty"))
+    assert bench.probe_args(openreg(bench=False), chosen.bench_only)[-2:] == ["--only", "add_tiny,empty"]
+    assert options("--suites", "bench").bench_only == ()
+    refused = ootci("run", "openreg", "--torch", "2.13.0", "--suites", "none", "--bench-only", "add_tiny",
+                    "--dry-run", "--out", str(tmp_path))
+    assert refused.returncode == 2 and "--bench-only: names the measurements of the bench stage" in refused.stderr
+    empty = ootci("run", "openreg", "--torch", "2.13.0", "--suites", "bench", "--bench-only", ",", "--dry-run",
+                  "--out", str(tmp_path))
+    assert empty.returncode == 2 and "--bench-only: no measurement named" in empty.stderr
 
 
 def test_dry_run_says_bench_is_off_and_how_to_turn_it_on(tmp_path):
