@@ -44,18 +44,23 @@ _mul_lib.impl("mul.Tensor", _mul, "PrivateUse1")
 '''
 
 
-def git(repo: Path, *args: str) -> str:
+def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
     """git in repo as a vendor's author, its output stripped."""
     env = {**os.environ, "GIT_AUTHOR_NAME": "Vendor", "GIT_AUTHOR_EMAIL": "vendor@example.com",
-           "GIT_COMMITTER_NAME": "Vendor", "GIT_COMMITTER_EMAIL": "vendor@example.com"}
+           "GIT_COMMITTER_NAME": "Vendor", "GIT_COMMITTER_EMAIL": "vendor@example.com", **(env or {})}
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
                           env=env).stdout.strip()
 
 
 def commit(repo: Path, message: str) -> str:
-    """Commit everything in repo; the new commit's id."""
+    """Commit everything in repo; the new commit's id.
+
+    The dates are fixed (a minute per commit), so the same edits make the same commits in every
+    test that builds this history: the backend's wheels, cached by commit, are built once a session."""
     git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
+    n = int(git(repo, "rev-list", "--all", "--count"))
+    date = f"2026-11-01T00:{n:02d}:00+00:00"
+    git(repo, "commit", "-q", "-m", message, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
     return git(repo, "rev-parse", "HEAD")
 
 
