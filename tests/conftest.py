@@ -84,6 +84,7 @@ def make_env(torch_layer, tmp_path_factory):
 # Measured on a clean clone (2 cores): these take from 10 down to 1 minute; the rest less.
 LONGEST_FIRST = (
     "test_workflows_act_vendor.py", "test_torch_releases.py", "test_bisect.py", "test_workflows_act.py",
+    "test_slowdown_planted.py",
     "test_init.py", "test_partly_red.py", "test_pipeline.py", "test_shards.py", "test_openreg.py",
     "test_bench.py", "test_verify.py", "test_suites_devices.py", "test_suites_synthetic.py", "test_packaging.py",
     "test_bisect_path.py",

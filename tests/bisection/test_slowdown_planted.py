@@ -1,0 +1,84 @@
+"""A slowdown planted in one commit of a backend's history, found by the nightly's detector in
+real bench timings and bisected to that commit: the performance path end to end, on OpenReg.
+
+The nights are real `ootci run`s of the registered fixture (tests/support/slowdown_repo.py),
+each timing the slowed measurement and one it leaves alone; the detector is the nightly's own
+(`ootci bisect --turned-red`, nightly.yml's bisect-plan) and the bisection is the command
+bisect.yml runs, with the plan's ends and measurement.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ootci.runner.models import BisectRecord
+from tests.support import slowdown_repo
+from tests.support.cli import ootci
+
+pytestmark = pytest.mark.slow
+
+NIGHTS_BEFORE = 7
+"""nights at the good commit: with fewer, no step at the end of a series is significant at the
+detector's p < 0.01 (its permutation test has too few orders to draw from)"""
+NIGHTS_AFTER_AT_MOST = 4
+"""nights at the slow commit before the detector must have said so"""
+
+
+def test_a_planted_slowdown_is_found_by_the_nightly_and_bisected_to_its_commit(tmp_path):
+    repo, commits = slowdown_repo.make(tmp_path)
+    registry = tmp_path / "registry"
+    slowdown_repo.register(registry, repo)
+    env = {"OOTCI_REGISTRY": str(registry)}
+    runs = tmp_path / "runs"
+
+    def night(commit: str) -> None:
+        """What a nightly of that day ran: the registered backend with source.ref at that commit."""
+        pinned = slowdown_repo.register(tmp_path / "pinned" / commit[:10], repo, ref=commit)
+        result = ootci("run", str(pinned), "--torch", "2.13.0", "--suites", "bench",
+                       "--bench-only", f"{slowdown_repo.SLOWED},{slowdown_repo.UNTOUCHED}",
+                       "--trigger", "nightly", "--out", str(runs), timeout=900)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+    def plan() -> list[dict]:
+        result = ootci("bisect", "--turned-red", "--runs", str(runs), env=env)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    for _ in range(NIGHTS_BEFORE):
+        night(commits[0])
+    assert plan() == []
+    for after in range(1, NIGHTS_AFTER_AT_MOST + 1):
+        night(commits[-1])
+        entries = plan()
+        if entries:
+            break
+    assert entries, f"no slowdown found after {NIGHTS_AFTER_AT_MOST} slow nights"
+    # Only the slowed measurement, once, with the last night before and the first night after.
+    [entry] = entries
+    assert (entry["backend"], entry["perf"]) == ("openreg-slowdown", slowdown_repo.SLOWED), entry
+    nights = sorted(path.name for path in runs.iterdir())
+    assert (entry["good"], entry["bad"]) == (nights[NIGHTS_BEFORE - 1], nights[NIGHTS_BEFORE]), (entry, nights)
+
+    # The nightly's bisection of it (bisect.yml): the plan's ends and measurement.
+    out = tmp_path / "bisect"
+    result = ootci("bisect", entry["backend"], "--good", entry["good"], "--bad", entry["bad"],
+                   "--perf", entry["perf"], "--runs", str(runs), "--out", str(out), env=env, timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    [path] = out.glob("*/bisect.json")
+    record = BisectRecord.model_validate_json(path.read_text())
+    assert record.predicate.stage == "bench" and record.predicate.measurement == slowdown_repo.SLOWED
+    [walk] = record.rounds
+    assert walk.axis == "backend" and [c.commit for c in walk.candidates] == commits
+    verdict = walk.result
+    assert verdict.kind == "found", verdict
+    first_bad = slowdown_repo.FIRST_SLOW - 1
+    assert (walk.candidates[verdict.last_good].commit, walk.candidates[verdict.first_bad].commit) == \
+        (commits[first_bad - 1], commits[first_bad])
+    assert "Add a device kernel for add" in verdict.summary
+    assert verdict.cause.startswith(f"{slowdown_repo.SLOWED} ")
+    # Each step timed the one measurement, and none was guessed: a step too noisy to decide is a skip.
+    steps = [Path(path.parent, "steps", s.run_id, "record.json") for s in walk.steps if s.run_id]
+    assert steps and all(p.is_file() for p in steps)
