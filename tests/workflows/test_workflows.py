@@ -646,10 +646,13 @@ CACHE_VOLUME = ["-v", "ootci-cache:/var/cache/ootci", "-e", CACHE_ENV]
 def render_container(container_input: str, secrets: dict | None = None, devices: str = "") -> dict:
     """backend.yml's `container:` key as GitHub evaluates it for one value of the container input
     (and the registry secrets and devices the caller passes)."""
-    spec = load(BACKEND)["jobs"]["run"]["container"]
-    contexts = {"inputs": {"container": container_input, "devices": devices}, "secrets": secrets or {}}
+    job = load(BACKEND)["jobs"]["run"]
+    inputs = {"container": container_input, "devices": devices}
+    # The matrix first, as GitHub expands it before it starts the job: `vendor` is one combination.
+    [vendor] = evaluate(job["strategy"]["matrix"]["vendor"], inputs=inputs)
+    contexts = {"inputs": inputs, "secrets": secrets or {}, "matrix": {"vendor": vendor}}
     return {key: {k: evaluate(v, **contexts) for k, v in value.items()} if isinstance(value, dict)
-            else evaluate(value, **contexts) for key, value in spec.items()}
+            else evaluate(value, **contexts) for key, value in job["container"].items()}
 
 
 def matrix_entry(name: str) -> dict:
@@ -1288,6 +1291,7 @@ def test_every_job_on_the_vendors_runner_gets_the_vendors_container(name):
     for job_name, job in on_vendor.items():
         assert job.get("container", {}).get("image") == reference["container"]["image"], job_name
         assert job["container"]["options"] == reference["container"]["options"], job_name
+        assert job["strategy"]["matrix"]["vendor"] == reference["strategy"]["matrix"]["vendor"], job_name
         assert job["container"]["credentials"] == reference["container"]["credentials"], job_name
         assert job.get("defaults") == reference["defaults"], job_name
     calls = [j for path in (NIGHTLY, PR) for j in load(path)["jobs"].values()
