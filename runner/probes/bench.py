@@ -84,12 +84,19 @@ def models(torch, device):
             with torch.no_grad():
                 return model(x)
 
-        steps[f"train_step:{kind}"] = train
-        steps[f"inference:{kind}"] = infer
+        steps[f"{TRAIN}:{kind}"] = train
+        steps[f"{INFER}:{kind}"] = infer
     return steps
 
 
+TRAIN, INFER = "train_step", "inference"
 MEASUREMENTS = (overhead, throughput, models)
+
+
+def set_up(group, only: set[str]) -> bool:
+    """Whether to set the group up for --only: the models take a second or more to build (a
+    bisection step times one measurement, often not theirs); the other groups cost nothing."""
+    return not only or group is not models or any(name.split(":", 1)[0] in (TRAIN, INFER) for name in only)
 
 
 def synchronizer(torch, device):
@@ -161,7 +168,7 @@ def main() -> None:
                 "message": f"torch.{args.device} has no synchronize(): nothing waits for the device"}])
         else:
             run("synchronize", sync, torch.cpu.synchronize, None)
-    for group in MEASUREMENTS:
+    for group in filter(lambda g: set_up(g, only), MEASUREMENTS):
         made = attempt(lambda: (group(torch, args.device), group(torch, "cpu")))
         if not made["ok"]:
             emit(f"setup:{group.__name__}", **made)

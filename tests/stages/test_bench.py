@@ -89,7 +89,7 @@ def test_dry_run_says_bench_is_off_and_how_to_turn_it_on(tmp_path):
 def probe_with(torch_layer, tmp_path: Path, monkeypatch, sitecustomize: str, *args: str):
     """The bench probe on the CPU device of the 2.13.0 layer, with a sitecustomize breaking something."""
     site = tmp_path / "site"
-    site.mkdir()
+    site.mkdir(parents=True)
     (site / "sitecustomize.py").write_text(sitecustomize)
     monkeypatch.setenv("PYTHONPATH", str(site))
     runner = Runner(torch_layer.python, timeout=180, log=tmp_path / "bench.log")
@@ -124,6 +124,28 @@ def test_a_device_that_cannot_synchronize_fails_that_measurement_only(torch_laye
     assert result.summary == ("1 of 2 measurements failed: synchronize: Unsupported: torch.cpu has no synchronize(): "
                               "nothing waits for the device")
     assert result.data["synchronized"] is False and set(result.data["measurements"]) == {"add_tiny"}
+
+
+NO_MODELS = """
+import copy
+
+
+def refuse(*args, **kwargs):
+    raise RuntimeError("the models were set up")
+
+
+copy.deepcopy = refuse
+"""
+
+
+def test_only_sets_up_the_models_when_it_names_one(torch_layer, tmp_path, monkeypatch):
+    """A bisection step times one measurement: the models (a second or more to build) are set up
+    only when --only names a model step; without --only, always."""
+    per_call = probe_with(torch_layer, tmp_path / "a", monkeypatch, NO_MODELS, "--only", "add_tiny")
+    assert "setup:models" not in per_call.phases and bench.result_of(per_call).status is Status.passed
+    model = probe_with(torch_layer, tmp_path / "b", monkeypatch, NO_MODELS, "--only", "add_tiny,inference:mlp")
+    assert "the models were set up" in bench.first_message(model.phases["setup:models"])
+    assert set(bench.result_of(model).data["measurements"]) == {"add_tiny"}
 
 
 @pytest.mark.slow
