@@ -58,7 +58,7 @@ def test_a_planted_slowdown_is_found_by_the_nightly_and_bisected_to_its_commit(t
     assert entries, f"no slowdown found after {NIGHTS_AFTER_AT_MOST} slow nights"
     # Only the slowed measurement, once, with the last night before and the first night after.
     [entry] = entries
-    assert (entry["backend"], entry["perf"]) == ("openreg-slowdown", slowdown_repo.SLOWED), entry
+    assert (entry["backend"], entry["perf"]) == (slowdown_repo.NAME, slowdown_repo.SLOWED), entry
     nights = sorted(path.name for path in runs.iterdir())
     assert (entry["good"], entry["bad"]) == (nights[NIGHTS_BEFORE - 1], nights[NIGHTS_BEFORE]), (entry, nights)
 

@@ -95,10 +95,14 @@ def make(root: Path) -> tuple[Path, list[str]]:
 
 def manifest(root: Path, repo: Path) -> Path:
     """OpenReg's manifest, building from the repository's git history (source.git)."""
+    return openreg_manifest(root / "manifest" / "backend.toml", repo, "openreg-history")
+
+
+def openreg_manifest(path: Path, repo: Path, name: str, ref: str = "main") -> Path:
+    """OpenReg's manifest written at `path` as backend `name`, building `repo` (source.git) at `ref`."""
     text = (OPENREG / "backend.toml").read_text()
-    text = text.replace('[source]\npath = "."', f'[source]\ngit = "{repo}"\nref = "main"')
-    text = text.replace('name = "openreg"', 'name = "openreg-history"')
-    path = root / "manifest" / "backend.toml"
+    text = text.replace('[source]\npath = "."', f'[source]\ngit = "{repo}"\nref = "{ref}"')
+    text = text.replace('name = "openreg"', f'name = "{name}"')
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path

@@ -16,7 +16,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support.bisect_repo import OPENREG, commit
+from tests.support.bisect_repo import OPENREG, commit, openreg_manifest
+
+NAME = "openreg-slowdown"
 
 FIRST_SLOW = 3
 SLOWED = "add_tiny"
@@ -65,10 +67,4 @@ def make(root: Path) -> tuple[Path, list[str]]:
 def register(registry: Path, repo: Path, ref: str = "main") -> Path:
     """OpenReg's manifest as backend `openreg-slowdown`, building the repository at `ref`, in a
     registry directory of its own (a nightly runs what is registered)."""
-    text = (OPENREG / "backend.toml").read_text()
-    text = text.replace('[source]\npath = "."', f'[source]\ngit = "{repo}"\nref = "{ref}"')
-    text = text.replace('name = "openreg"', 'name = "openreg-slowdown"')
-    path = registry / "openreg-slowdown" / "backend.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+    return openreg_manifest(registry / NAME / "backend.toml", repo, NAME, ref)
