@@ -92,7 +92,8 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         raise OutputError(f"--out: {args.out} exists and is not a directory")
     # Absolute: stages run tools in other working directories.
     return RunOptions(torch=spec.raw, out=args.out.absolute(), python=python, index_url=source.index_url, suites=suites,
-                      bench=bench_stage, bench_only=bench_only, trigger=args.trigger, pr=args.pr, pr_head_sha=args.pr_head_sha or None,
+                      bench=bench_stage, bench_only=bench_only, trigger=args.trigger, pr=args.pr,
+                      pr_head_sha=args.pr_head_sha or None,
                       relay_delivery_id=args.delivery_id or None, jobs=source.jobs, cache=source.cache,
                       torch_repo=source.torch_repo, dry_run=args.dry_run, shard=shard, shard_group=shard_group)
 
