@@ -11,6 +11,7 @@ end's, and skip otherwise: too noisy to decide is never guessed.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from ootci.runner.core.errors import BisectError
@@ -56,7 +57,9 @@ def judge(result: StageResult, predicate: Predicate) -> tuple[Verdict, str]:
     if not found:
         return Verdict.skip, f"{measurement} was not measured"
     good, bad = statistics.median(predicate.good_ratios), statistics.median(predicate.bad_ratios)
-    nearer_bad = sum(1 for r in found if abs(r - bad) < abs(r - good))
+    # Nearer as factors, as the detector judges the series: with ends 1 and 28, a step at 5.5
+    # (5.5 times the good end, 5.1 times below the bad one) is nearer the bad end.
+    nearer_bad = sum(1 for r in found if _log_distance(r, bad) < _log_distance(r, good))
     median = statistics.median(found)
     said = f"{measurement} {median:.3g} (good {good:.3g}, bad {bad:.3g}; {nearer_bad} of {len(found)} rounds nearer bad)"
     if nearer_bad >= MAJORITY * len(found):
@@ -64,3 +67,8 @@ def judge(result: StageResult, predicate: Predicate) -> tuple[Verdict, str]:
     if len(found) - nearer_bad >= MAJORITY * len(found):
         return Verdict.good, said
     return Verdict.skip, f"too noisy to decide: {said}"
+
+
+def _log_distance(a: float, b: float) -> float:
+    """|log a - log b|: how many times apart two ratios are (the plain difference for one at or below 0)."""
+    return abs(math.log(a) - math.log(b)) if a > 0 and b > 0 else abs(a - b)

@@ -69,6 +69,14 @@ def test_a_step_without_the_measurement_is_skipped():
     assert bisect.judge(failed, predicate())[:2] == (V.skip, "bench failed: 1 of 16 measurements failed")
 
 
+def test_nearer_is_judged_as_factors_not_differences():
+    """Ends 1 and 28 (a copy of 16 MB added to an op): a step at 5.5 is 5.5 times the good end and
+    5 times below the bad one, so bad; by plain difference it would have been called good."""
+    wide = slowdown.derive(bench_run("good", [1.0] * 5), bench_run("bad", [28.0] * 5), "add_tiny")
+    assert bisect.judge(bench_run("step", [5.5] * 5), wide)[0] is V.bad
+    assert bisect.judge(bench_run("step", [5.0] * 5), wide)[0] is V.good
+
+
 def test_a_walk_finds_the_commit_that_made_it_slower_past_a_noisy_one(tmp_path):
     """Eight backend commits; the fifth adds the slowdown; the third is noisy (its rounds straddle
     the ends): it is skipped, and the fifth is named with the fourth as the last good one."""
@@ -134,12 +142,12 @@ def test_the_nightly_plan_lists_a_slowdown_the_latest_night_revealed_and_only_th
         record_files.write(runs / record.run_id, record)
         return record.run_id
 
-    ids = [night(day) for day in range(22)]  # two nights at the new level: found with the second
+    ids = [night(day) for day in range(21)]  # one night at the new level: found with it
     planned = ootci("bisect", "--turned-red", "--runs", str(runs))
     assert planned.returncode == 0, planned.stderr
     assert [(e["backend"], e["good"], e["bad"], e["perf"]) for e in json.loads(planned.stdout)] == \
         [("openreg", ids[19], ids[20], "add_tiny")]
-    night(22)
+    night(21)
     assert json.loads(ootci("bisect", "--turned-red", "--runs", str(runs)).stdout) == []
 
 

@@ -77,7 +77,7 @@ def test_a_planted_slowdown_is_found_by_the_nightly_and_bisected_to_its_commit(t
     first_bad = slowdown_repo.FIRST_SLOW - 1
     assert (walk.candidates[verdict.last_good].commit, walk.candidates[verdict.first_bad].commit) == \
         (commits[first_bad - 1], commits[first_bad])
-    assert "Add a device kernel for add" in verdict.summary
+    assert "Wait before every add on the device" in verdict.summary
     assert verdict.cause.startswith(f"{slowdown_repo.SLOWED} ")
     # Each step timed the one measurement, and none was guessed: a step too noisy to decide is a skip.
     steps = [Path(path.parent, "steps", s.run_id, "record.json") for s in walk.steps if s.run_id]

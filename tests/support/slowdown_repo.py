@@ -2,12 +2,14 @@
 
     1  OpenReg as bundled                                 (the nights before)
     2  a README line
-    3  add.Tensor through the host: a copy each way       (the first slow commit)
+    3  `+` on the device waits 5 ms                       (the first slow commit)
     4  a comment                                          (the nights after)
 
-The slow kernel is correct: only `add` on the device pays for it (the bench stage's `add_tiny`
-measurement), as a real regression in one op would. No C++ changes, so every commit builds
-from ccache.
+A constant wait, so the slowdown is as large on every night and every bisection step (an extra
+copy of 16 MB cost anything from 5 to 35 times the CPU's add, too uneven to bisect). The test
+watches `add_large` (4M floats, a few ms on the CPU: about three times slower with the wait),
+whose device/CPU ratio moves by a few per cent from night to night, where the per-call
+`add_tiny` moves by 20 % on a loaded machine. No C++ changes, so every commit builds from ccache.
 """
 
 from __future__ import annotations
@@ -21,25 +23,26 @@ from tests.support.bisect_repo import OPENREG, commit, openreg_manifest
 NAME = "openreg-slowdown"
 
 FIRST_SLOW = 3
-SLOWED = "add_tiny"
+SLOWED = "add_large"
 """the bench measurement the slow commit slows"""
 UNTOUCHED = "empty"
 """a measurement it leaves alone"""
 
-_ADD_THROUGH_HOST = '''
+_SLOW_ADD = '''
 
-# Commit 3 of the slowdown fixture: add.Tensor computed on the host, with a copy each way.
-_add_lib = torch.library.Library("aten", "IMPL")
+# Commit 3 of the slowdown fixture: every `+` on the device waits 5 ms first.
+import time as _time  # noqa: E402
 
-
-def _add_through_host(a, b, *, alpha=1):
-    device = a.device if isinstance(a, torch.Tensor) and a.device.type != "cpu" else b.device
-    host = torch.add(a.cpu() if isinstance(a, torch.Tensor) else a, b.cpu() if isinstance(b, torch.Tensor) else b,
-                     alpha=alpha)
-    return host.to(device)
+_plain_add = torch.Tensor.__add__
 
 
-_add_lib.impl("add.Tensor", _add_through_host, "PrivateUse1")
+def _add_after_a_wait(self, other):
+    if self.device.type == "openreg":
+        _time.sleep(0.005)
+    return _plain_add(self, other)
+
+
+torch.Tensor.__add__ = _add_after_a_wait
 '''
 
 
@@ -52,7 +55,7 @@ def make(root: Path) -> tuple[Path, list[str]]:
     edits = [
         ("Import OpenReg", None),
         ("README: say where the sources come from", (repo / "README.md", "\nMirrored for ootci.\n")),
-        ("Add a device kernel for add", (register, _ADD_THROUGH_HOST)),
+        ("Wait before every add on the device", (register, _SLOW_ADD)),
         ("Comment the kernel", (register, "\n# The kernel above runs on host memory.\n")),
     ]
     commits = []
