@@ -11,11 +11,11 @@ end's, and skip otherwise: too noisy to decide is never guessed.
 
 from __future__ import annotations
 
-import math
 import statistics
 
 from ootci.runner.core.errors import BisectError
 from ootci.runner.models import Predicate, RunRecord, StageResult, Status, Verdict
+from ootci.runner.performance import changes
 from ootci.runner.performance.changes import MIN_SLOWDOWN
 
 STAGE = "bench"
@@ -57,9 +57,10 @@ def judge(result: StageResult, predicate: Predicate) -> tuple[Verdict, str]:
     if not found:
         return Verdict.skip, f"{measurement} was not measured"
     good, bad = statistics.median(predicate.good_ratios), statistics.median(predicate.bad_ratios)
-    # Nearer as factors, as the detector judges the series: with ends 1 and 28, a step at 5.5
-    # (5.5 times the good end, 5.1 times below the bad one) is nearer the bad end.
-    nearer_bad = sum(1 for r in found if _log_distance(r, bad) < _log_distance(r, good))
+    # Nearer as factors, on the detector's scale: with ends 1 and 28, a step at 5.5 (5.5 times the
+    # good end, 5.1 times below the bad one) is nearer the bad end.
+    scaled_good, scaled_bad, *scaled = changes.factor_scale([good, bad, *found])
+    nearer_bad = sum(1 for r in scaled if abs(r - scaled_bad) < abs(r - scaled_good))
     median = statistics.median(found)
     said = f"{measurement} {median:.3g} (good {good:.3g}, bad {bad:.3g}; {nearer_bad} of {len(found)} rounds nearer bad)"
     if nearer_bad >= MAJORITY * len(found):
@@ -68,7 +69,3 @@ def judge(result: StageResult, predicate: Predicate) -> tuple[Verdict, str]:
         return Verdict.good, said
     return Verdict.skip, f"too noisy to decide: {said}"
 
-
-def _log_distance(a: float, b: float) -> float:
-    """|log a - log b|: how many times apart two ratios are (the plain difference for one at or below 0)."""
-    return abs(math.log(a) - math.log(b)) if a > 0 and b > 0 else abs(a - b)

@@ -61,10 +61,11 @@ def options_from(args: argparse.Namespace) -> RunOptions:
     # --suites bench adds the stage where the manifest does not; --suites none runs no test stage at all.
     bench_stage = True if bench.NAME in named else False if args.suites is not None and not named else None
     bench_only = tuple(n.strip() for n in (args.bench_only or "").split(",") if n.strip())
-    if args.bench_only is not None and (not bench_only or bench_stage is False):
+    if args.bench_only is not None and bench_stage is False:
         raise UsageError("--bench-only: names the measurements of the bench stage (with --suites bench, or "
-                         "[suites] bench = true in the manifest)" if bench_stage is False else
-                         "--bench-only: no measurement named")
+                         "[suites] bench = true in the manifest)")
+    if args.bench_only is not None and not bench_only:
+        raise UsageError("--bench-only: no measurement named")
     python = args.python
     if python is not None:
         python = python.absolute()

@@ -68,12 +68,16 @@ def change_points(values: list[float], *, pvalue: float = PVALUE, permutations: 
     state = np.random.get_state()  # the library draws from numpy's global generator
     np.random.seed(SEED)
     try:
-        # On the logarithm: a ratio's noise grows with its level (a backend three times slower
-        # also varies three times as much), and a slowdown is a factor, the same step at any level.
-        series = [math.log(v) for v in values] if all(v > 0 for v in values) else list(values)
-        return sorted(e_divisive(series, pvalue=pvalue, permutations=permutations))
+        return sorted(e_divisive(factor_scale(values), pvalue=pvalue, permutations=permutations))
     finally:
         np.random.set_state(state)
+
+
+def factor_scale(values: list[float]) -> list[float]:
+    """The ratios as their logarithms, where changes are judged and distances measured: a ratio's
+    noise grows with its level (a backend three times slower also varies three times as much), and
+    a slowdown is a factor, the same step at any level. As they are when one is not positive."""
+    return [math.log(v) for v in values] if all(v > 0 for v in values) else list(values)
 
 
 def changes(values: list[float], **options) -> list[Change]:

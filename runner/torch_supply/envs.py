@@ -216,6 +216,10 @@ _TORCH_INFO = (
 )
 
 
+TORCH_INFO_FIELDS = {"version", "git_version", "dist_version", "location"}
+"""what torch_info says, and a layer's ready marker must hold to stand in for asking"""
+
+
 def layer_torch_info(layer: Env) -> dict:
     """torch_info of a ready torch layer, as its ready marker records it. A layer built by an
     older ootci (a cache restored in CI) is asked once, and its marker then records the answer."""
@@ -233,9 +237,6 @@ def layer_torch_info(layer: Env) -> dict:
         except OSError:
             pass  # a read-only cache: asked again next time
     return info
-
-
-TORCH_INFO_FIELDS = {"version", "git_version", "dist_version", "location"}
 
 
 def torch_info(python: Path | str, *, timeout: float = 120) -> dict:

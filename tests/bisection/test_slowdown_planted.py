@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.models import BisectRecord
+from ootci.runner.models import BisectRecord, RunRecord
 from tests.support import slowdown_repo
 from tests.support.cli import ootci
 
@@ -50,7 +50,7 @@ def test_a_planted_slowdown_is_found_by_the_nightly_and_bisected_to_its_commit(t
     for _ in range(NIGHTS_BEFORE):
         night(commits[0])
     assert plan() == []
-    for after in range(1, NIGHTS_AFTER_AT_MOST + 1):
+    for _ in range(NIGHTS_AFTER_AT_MOST):
         night(commits[-1])
         entries = plan()
         if entries:
@@ -79,6 +79,9 @@ def test_a_planted_slowdown_is_found_by_the_nightly_and_bisected_to_its_commit(t
         (commits[first_bad - 1], commits[first_bad])
     assert "Wait before every add on the device" in verdict.summary
     assert verdict.cause.startswith(f"{slowdown_repo.SLOWED} ")
-    # Each step timed the one measurement, and none was guessed: a step too noisy to decide is a skip.
+    # Each step's run travels with the bisection, and timed the one measurement.
     steps = [Path(path.parent, "steps", s.run_id, "record.json") for s in walk.steps if s.run_id]
     assert steps and all(p.is_file() for p in steps)
+    for step in steps:
+        timed = RunRecord.model_validate_json(step.read_text()).stage("bench").data["measurements"]
+        assert set(timed) == {slowdown_repo.SLOWED}, (step, set(timed))
