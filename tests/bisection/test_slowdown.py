@@ -125,7 +125,8 @@ def test_without_ends_the_open_regression_under_runs_names_them(tmp_path):
 def test_the_nightly_plan_lists_a_slowdown_the_latest_night_revealed_and_only_that_night(tmp_path):
     """`ootci bisect --turned-red` (nightly.yml's bisect-plan): besides backends that turned red, each
     bench measurement whose slowdown the detector finds with the latest run and did not find without
-    it, with the runs either side (`perf`: the measurement). The night after, it is not listed again."""
+    it, with the runs either side (`perf`: the measurement). Steady nights list nothing; the night
+after, it is not listed again."""
     import json
     import random
 
@@ -142,7 +143,10 @@ def test_the_nightly_plan_lists_a_slowdown_the_latest_night_revealed_and_only_th
         record_files.write(runs / record.run_id, record)
         return record.run_id
 
-    ids = [night(day) for day in range(21)]  # one night at the new level: found with it
+    ids = [night(day) for day in range(20)]
+    steady = ootci("bisect", "--turned-red", "--runs", str(runs))
+    assert (steady.returncode, json.loads(steady.stdout)) == (0, []), steady.stderr
+    ids.append(night(20))  # one night at the new level: found with it
     planned = ootci("bisect", "--turned-red", "--runs", str(runs))
     assert planned.returncode == 0, planned.stderr
     assert [(e["backend"], e["good"], e["bad"], e["perf"]) for e in json.loads(planned.stdout)] == \

@@ -2,14 +2,17 @@
 
     1  OpenReg as bundled                                 (the nights before)
     2  a README line
-    3  `+` on the device waits 5 ms                       (the first slow commit)
+    3  `+` on the device does its work four times         (the first slow commit)
     4  a comment                                          (the nights after)
 
-A constant wait, so the slowdown is as large on every night and every bisection step (an extra
-copy of 16 MB cost anything from 5 to 35 times the CPU's add, too uneven to bisect). The test
-watches `add_large` (4M floats, a few ms on the CPU: about three times slower with the wait),
-whose device/CPU ratio moves by a few per cent from night to night, where the per-call
-`add_tiny` moves by 20 % on a loaded machine. No C++ changes, so every commit builds from ccache.
+The slowdown is a multiple of the op's own work, so a loaded machine slows both sides of the
+device/CPU ratio alike and the step is about fourfold on every night and every bisection step.
+Two earlier plants were not: a constant 5 ms wait shrinks against an add that the load has
+made slower, and its wake-up comes late by however long the scheduler takes (the nightly's
+detector missed it on CI's machine); an extra copy of 16 MB cost anything from 5 to 35 times
+the CPU's add. The test watches `add_large` (4M floats, a few ms on the CPU), whose ratio moves
+by a few per cent from night to night, where the per-call `add_tiny` moves by 20 % on a loaded
+machine. No C++ changes, so every commit builds from ccache.
 """
 
 from __future__ import annotations
@@ -25,24 +28,25 @@ NAME = "openreg-slowdown"
 FIRST_SLOW = 3
 SLOWED = "add_large"
 """the bench measurement the slow commit slows"""
-UNTOUCHED = "empty"
-"""a measurement it leaves alone"""
 
-_SLOW_ADD = '''
+SLOWDOWN = 4
+"""how many times the slow commit's `+` on the device does its work"""
 
-# Commit 3 of the slowdown fixture: every `+` on the device waits 5 ms first.
-import time as _time  # noqa: E402
+_SLOW_ADD = f'''
 
+# Commit 3 of the slowdown fixture: every `+` on the device does its work {SLOWDOWN} times.
 _plain_add = torch.Tensor.__add__
 
 
-def _add_after_a_wait(self, other):
-    if self.device.type == "openreg":
-        _time.sleep(0.005)
+def _add_repeated(self, other):
+    if self.device.type != "openreg":
+        return _plain_add(self, other)
+    for _ in range({SLOWDOWN - 1}):
+        _plain_add(self, other)
     return _plain_add(self, other)
 
 
-torch.Tensor.__add__ = _add_after_a_wait
+torch.Tensor.__add__ = _add_repeated
 '''
 
 
@@ -55,7 +59,7 @@ def make(root: Path) -> tuple[Path, list[str]]:
     edits = [
         ("Import OpenReg", None),
         ("README: say where the sources come from", (repo / "README.md", "\nMirrored for ootci.\n")),
-        ("Wait before every add on the device", (register, _SLOW_ADD)),
+        ("Repeat every add on the device", (register, _SLOW_ADD)),
         ("Comment the kernel", (register, "\n# The kernel above runs on host memory.\n")),
     ]
     commits = []
