@@ -7,10 +7,11 @@
 
 The slowdown is a multiple of the op's own work, so a loaded machine slows both sides of the
 device/CPU ratio alike and the step is about fourfold on every night and every bisection step.
-Two earlier plants were not: a constant 5 ms wait shrinks against an add that the load has
-made slower, and its wake-up comes late by however long the scheduler takes (the nightly's
-detector missed it on CI's machine); an extra copy of 16 MB cost anything from 5 to 35 times
-the CPU's add. The test watches `add_large` (4M floats, a few ms on the CPU), whose ratio moves
+The plants the issue suggests were not: a constant 5 ms wait shrinks against an add that the
+load has made slower, and its wake-up comes late by however long the scheduler takes (the
+nightly's detector missed it on CI's machine); an extra copy of 16 MB through the host cost
+anything from 5 to 35 times the CPU's add, and three extra copies of the result on the
+device 4.8 to 26 times, from one process to the next. The test watches `add_large` (4M floats, a few ms on the CPU), whose ratio moves
 by a few per cent from night to night, where the per-call `add_tiny` moves by 20 % on a loaded
 machine. No C++ changes, so every commit builds from ccache.
 """
