@@ -60,6 +60,48 @@ def test_the_answer_is_the_same_every_time_and_numpy_is_left_as_it_was():
     assert np.random.random() == expected_next  # the seed used inside did not leak out
 
 
+SERIES = {
+    "flat": noisy([(1.5, 40)]),
+    "flat, long": noisy([(1.0, 60)], noise=0.1, seed=2),
+    "10 % step": noisy([(1.5, 30), (1.65, 3)]),
+    "back and forth": noisy([(1.5, 20), (1.8, 10), (1.5, 10)]),
+    "small step in noise": noisy([(1.0, 25), (1.07, 4)], noise=0.03, seed=7),
+    "fourfold after 7": noisy([(1.0, 7), (4.0, 2)], noise=0.1, seed=3),
+    "constant": [2.0] * 12,
+    "gradual": [1 + i / 50 for i in range(50)],
+}
+
+
+@pytest.mark.parametrize("name", SERIES)
+def test_the_change_points_are_the_librarys_own(name):
+    """The permutation test stops early here; every answer must still be what the library's
+    e_divisive says from the same seed, for series with and without changes."""
+    import numpy as np
+    from signal_processing_algorithms.energy_statistics.energy_statistics import e_divisive
+
+    values = SERIES[name]
+    np.random.seed(changes.SEED)
+    expected = sorted(e_divisive(changes.factor_scale(values), pvalue=changes.PVALUE,
+                                 permutations=changes.PERMUTATIONS))
+    assert changes.change_points(values) == expected
+
+
+def test_a_series_without_a_change_is_settled_in_a_few_shuffles(monkeypatch):
+    from signal_processing_algorithms.energy_statistics import energy_statistics
+
+    computed = []
+    statistics_of = energy_statistics._calculate_t_stats
+    monkeypatch.setattr(energy_statistics, "_calculate_t_stats",
+                        lambda distances: computed.append(1) or statistics_of(distances))
+    flat = [noisy([(1.0, 60)], noise=0.1, seed=seed) for seed in range(10)]
+    assert [changes.change_points(values) for values in flat] == [[]] * 10
+    # Each: the split itself, then shuffles until 3 score as high as it (all 200 before).
+    assert len(computed) < len(flat) * changes.PERMUTATIONS / 4
+    computed.clear()
+    assert changes.change_points(SERIES["10 % step"]) == [30]
+    assert len(computed) > changes.PERMUTATIONS  # a significant split takes every shuffle
+
+
 def test_without_the_perf_extra_the_error_says_what_to_install(monkeypatch):
     for name in ("signal_processing_algorithms", "signal_processing_algorithms.energy_statistics",
                  "signal_processing_algorithms.energy_statistics.energy_statistics"):
