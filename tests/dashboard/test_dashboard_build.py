@@ -458,7 +458,10 @@ def test_records_with_inline_tests_still_build(tmp_path):
     assert api(out / "split", "gaudi") | {"generated_at": 0} == api(out / "inline", "gaudi") | {"generated_at": 0}
     for record in split:
         pages = [(out / kind / "runs" / "gaudi" / f"{record.run_id}.html").read_text() for kind in ("split", "inline")]
-        assert [p.split("<tbody>")[-1] for p in pages] == [pages[0].split("<tbody>")[-1]] * 2
+        # All but the footer, which says the minute each build ran: the two builds straddled a
+        # minute about once in 40 runs on a loaded machine.
+        bodies = [page.split("<footer>")[0] for page in pages]
+        assert "<tbody>" in bodies[0] and bodies[0] == bodies[1]
 
 
 def test_test_row_matches_test_result():
