@@ -43,11 +43,10 @@ def derive(good: RunRecord, bad: RunRecord, measurement: str) -> Predicate:
     if after < before * (1 + MIN_SLOWDOWN):
         raise BisectError(f"{measurement}: the bad run {bad.run_id} is not {MIN_SLOWDOWN:.0%} slower than the good run "
                           f"{good.run_id} (device/CPU {before:.3g} -> {after:.3g}): nothing to look for")
-    toward_bad = {end: _nearer_bad(found, before, after) for end, found in (("good", g), ("bad", b))}
-    as_themselves = (_verdict(toward_bad["good"], len(g)), _verdict(toward_bad["bad"], len(b)))
-    if as_themselves != (Verdict.good, Verdict.bad):
-        raise BisectError(f"{measurement}: the ends do not tell apart ({toward_bad['good']} of {len(g)} good rounds "
-                          f"and {toward_bad['bad']} of {len(b)} bad rounds nearer the bad median; good "
+    good_toward_bad, bad_toward_bad = _nearer_bad(g, before, after), _nearer_bad(b, before, after)
+    if (_verdict(good_toward_bad, len(g)), _verdict(bad_toward_bad, len(b))) != (Verdict.good, Verdict.bad):
+        raise BisectError(f"{measurement}: the ends do not tell apart ({good_toward_bad} of {len(g)} good rounds "
+                          f"and {bad_toward_bad} of {len(b)} bad rounds nearer the bad median; good "
                           f"{min(g):.3g}-{max(g):.3g}, bad {min(b):.3g}-{max(b):.3g}): too noisy to bisect")
     return Predicate(stage=STAGE, measurement=measurement, good_ratios=g, bad_ratios=b,
                      cause=f"{measurement} {after / before - 1:+.0%} slower (device/CPU {before:.3g} -> {after:.3g})")

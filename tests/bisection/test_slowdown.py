@@ -137,8 +137,8 @@ def test_without_ends_the_open_regression_under_runs_names_them(tmp_path):
 def test_the_nightly_plan_lists_a_slowdown_the_latest_night_revealed_and_only_that_night(tmp_path):
     """`ootci bisect --turned-red` (nightly.yml's bisect-plan): besides backends that turned red, each
     bench measurement whose slowdown the detector finds with the latest run and did not find without
-    it, with the runs either side (`perf`: the measurement). Steady nights list nothing; the night
-after, it is not listed again."""
+    it, with the runs either side (`perf`: the measurement). Steady nights list nothing; the
+    night after, it is not listed again."""
     import json
     import random
 

@@ -11,9 +11,10 @@ The plants the issue suggests were not: a constant 5 ms wait shrinks against an 
 load has made slower, and its wake-up comes late by however long the scheduler takes (the
 nightly's detector missed it on CI's machine); an extra copy of 16 MB through the host cost
 anything from 5 to 35 times the CPU's add, and three extra copies of the result on the
-device 4.8 to 26 times, from one process to the next. The test watches `add_large` (4M floats, a few ms on the CPU), whose ratio moves
-by a few per cent from night to night, where the per-call `add_tiny` moves by 20 % on a loaded
-machine. No C++ changes, so every commit builds from ccache.
+device 4.8 to 26 times, from one process to the next. The test watches `add_large` (4M
+floats, a few ms on the CPU), whose ratio moves by a few per cent from night to night, where
+the per-call `add_tiny` moves by 20 % on a loaded machine. No C++ changes, so every commit
+builds from ccache.
 """
 
 from __future__ import annotations
