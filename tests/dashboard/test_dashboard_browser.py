@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
+from playwright.sync_api import expect
 
 from ootci.dashboard import site, synthetic
 from ootci.runner import models
@@ -214,7 +215,8 @@ def test_outcome_filter(page, base):
     assert total > failed > 0
     outcomes = [row.get_attribute("data-outcome") for row in rows.all()]
     assert "passed" not in outcomes and outcomes == sorted(outcomes, key=["failed", "skipped"].index)
-    assert page.locator("#filters").is_visible()
+    # filter.js unhides the bar: wait for it (a snapshot raced the script on a loaded machine).
+    expect(page.locator("#filters")).to_be_visible()
     assert page.locator("#filters button[data-filter='all']").get_attribute("aria-pressed") == "true"
     assert page.evaluate("document.documentElement.scrollHeight") < 3000
 
