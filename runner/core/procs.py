@@ -7,8 +7,10 @@ only a bounded tail kept in memory, and the way it ended classified.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -224,8 +226,12 @@ def neutral_dir() -> Path:
     """An empty working directory for code run in the environment under test. From the
     orchestrator's own working directory (a vendor's checkout, with the backend's package
     at its root), `python -c` and `python -m` would import that source tree instead of
-    the installed wheel. Environments get PYTHONSAFEPATH=1 as well (target_env)."""
-    return Path(tempfile.mkdtemp(prefix="ootci-cwd-"))
+    the installed wheel. Environments get PYTHONSAFEPATH=1 as well (target_env).
+    It is removed when this process exits: every `ootci verify` and pipeline makes one, and
+    a CI machine's /tmp would otherwise collect them (a test session left some eight hundred)."""
+    path = Path(tempfile.mkdtemp(prefix="ootci-cwd-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def target_env(env: dict[str, str]) -> dict[str, str]:

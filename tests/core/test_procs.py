@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 
 from ootci.runner.core import procs
 
@@ -62,3 +64,14 @@ def test_stderr_kept_apart_leaves_stdout_parseable(tmp_path):
     result = procs.run([sys.executable, "-c", code], timeout=30, log=log, separate_stderr=True)
     assert result.ok and result.output_tail == "answer\n" and result.stderr_tail == "warning: noise\n"
     assert "answer" in log.read_text() and "warning: noise" in log.read_text()
+
+
+def test_the_neutral_working_directory_goes_when_the_process_exits(tmp_path):
+    # Every `ootci verify` makes one; a CI machine's /tmp must not collect them.
+    code = ("from ootci.runner.core import procs; d = procs.neutral_dir(); "
+            "assert d.is_dir() and d == procs.neutral_dir(); print(d)")
+    result = procs.run([sys.executable, "-c", code], timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert result.ok, result.output_tail
+    made = Path(result.output_tail.strip().splitlines()[-1])
+    assert made.parent == tmp_path and made.name.startswith("ootci-cwd-")
+    assert list(tmp_path.iterdir()) == []
