@@ -16,6 +16,7 @@ from filelock import FileLock
 
 from ootci.runner.torch_supply import envs
 from ootci.runner.core import procs
+from ootci.runner.stages.build import with_ccache
 from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, Status
 from tests.support.cli import ootci
@@ -106,8 +107,11 @@ def openreg_env(torch_layer, tmp_path_factory):
     wheels.mkdir(parents=True, exist_ok=True)
     with FileLock(str(wheels) + ".lock"):
         if not list(wheels.glob("*.whl")):
+            # Through ccache, as ootci's build stage compiles: the session's OpenReg runs on 2.13.0
+            # compiled these units already (about 30 s of CPU each time otherwise).
+            build_env = with_ccache(dict(os.environ, MAX_JOBS="2"), envs.cache_root(), OPENREG)
             built = procs.run(envs.pip_argv(torch_layer, "wheel", "--no-build-isolation", "--no-deps", str(OPENREG),
-                                            "-w", str(wheels)), timeout=1800, env=dict(os.environ, MAX_JOBS="2"))
+                                            "-w", str(wheels)), timeout=1800, env=build_env)
             assert built.ok, built.output_tail[-3000:]
     env = envs.layered_env(torch_layer, tmp_path_factory.mktemp("openreg") / "venv")
     installed = procs.run(envs.pip_argv(env, "install", "--no-deps", *map(str, wheels.glob("*.whl"))), timeout=600)
