@@ -17,9 +17,10 @@ import tempfile
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 TAIL_BYTES = 64 * 1024
 CHUNK_BYTES = 64 * 1024
@@ -72,6 +73,29 @@ def _kill_group(proc: subprocess.Popen) -> None:
 # Children of the runner that are still running, so a SIGTERM to the runner can end them.
 _live: set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while a child starts, and raise them once it is in _live.
+
+    Raised inside Popen (after the fork, while it waits for the exec), an interrupt would
+    leave a child that nobody knows of, let alone ends: the pipeline's SIGTERM test caught
+    a hanging build's three processes still running after ootci had exited. Python runs
+    signal handlers in the main thread only, so only there is anything to hold."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in INTERRUPTS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def kill_all() -> None:
@@ -104,22 +128,33 @@ def run(
         log_file.flush()
     log_lock = threading.Lock()
     out_tail, err_tail = _Tail(tail_bytes), _Tail(tail_bytes)
+    proc = None
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE if separate_stderr else subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
+        with _interrupts_held():
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE if separate_stderr else subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+            with _live_lock:
+                _live.add(proc)
     except OSError as exc:
         if log_file:
             log_file.close()
         return ProcResult(argv, 127, time.monotonic() - start, False, f"{exc.strerror}: {argv[0]}", timeout, log)
-    with _live_lock:
-        _live.add(proc)
+    except BaseException:
+        # An interrupt that came while the child was starting, raised now that it is known.
+        if proc is not None:
+            _kill_group(proc)
+            with _live_lock:
+                _live.discard(proc)
+        if log_file:
+            log_file.close()
+        raise
 
     def pump(stream, tail: _Tail, on_line: Callable[[str], None] | None) -> None:
         # Chunks, not lines: a child that prints gigabytes without a newline must

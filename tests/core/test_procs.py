@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import secrets
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from ootci.runner.core import procs
 
@@ -75,3 +80,41 @@ def test_the_neutral_working_directory_goes_when_the_process_exits(tmp_path):
     made = Path(result.output_tail.strip().splitlines()[-1])
     assert made.parent == tmp_path and made.name.startswith("ootci-cwd-")
     assert list(tmp_path.iterdir()) == []
+
+
+class Interrupted(BaseException):
+    """What the pipeline's SIGTERM handler raises (runner/stages/pipeline.py)."""
+
+
+def _running(marker: str) -> list[str]:
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+
+
+def test_an_interrupt_while_a_child_starts_still_ends_the_child(monkeypatch):
+    """SIGTERM can reach the runner while a child is starting: a clean-clone run of the suite
+    caught it, when the pipeline's SIGTERM test read "compiling" in the build log's command
+    line and signalled before Popen had returned. Here the signal is sent at that moment on
+    purpose: from inside Popen, right after the child exists."""
+    marker = f"sleep {secrets.randbelow(10**6) + 2 * 10**6}"
+
+    class SignalledWhileStarting(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_term(signum, frame):
+        raise Interrupted()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        with monkeypatch.context() as patched, pytest.raises(Interrupted):
+            patched.setattr(subprocess, "Popen", SignalledWhileStarting)
+            procs.run(["sh", "-c", f"{marker} & {marker}"], timeout=60)
+        deadline = time.monotonic() + 10
+        while _running(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _running(marker) == [], "the child and its own child outlived the interrupt"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        subprocess.run(["pkill", "-f", marker])
+    assert not procs._live
