@@ -83,7 +83,8 @@ def _interrupts_held() -> Iterator[None]:
     Raised inside Popen (after the fork, while it waits for the exec), an interrupt would
     leave a child that nobody knows of, let alone ends: the pipeline's SIGTERM test caught
     a hanging build's three processes still running after ootci had exited. Python runs
-    signal handlers in the main thread only, so only there is anything to hold."""
+    signal handlers in the main thread only, so only there is anything to hold; a child that
+    another thread starts in the instant kill_all runs can still be missed."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
