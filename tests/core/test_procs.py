@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ootci.runner.core import procs
+from tests.support.sleepers import running, unique_sleep
 
 
 def test_timeout_kills_the_whole_process_group(tmp_path):
@@ -86,16 +86,12 @@ class Interrupted(BaseException):
     """What the pipeline's SIGTERM handler raises (runner/stages/pipeline.py)."""
 
 
-def _running(marker: str) -> list[str]:
-    return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
-
-
 def test_an_interrupt_while_a_child_starts_still_ends_the_child(monkeypatch):
     """SIGTERM can reach the runner while a child is starting: a clean-clone run of the suite
     caught it, when the pipeline's SIGTERM test read "compiling" in the build log's command
     line and signalled before Popen had returned. Here the signal is sent at that moment on
     purpose: from inside Popen, right after the child exists."""
-    marker = f"sleep {secrets.randbelow(10**6) + 2 * 10**6}"
+    marker = unique_sleep()
 
     class SignalledWhileStarting(subprocess.Popen):
         def __init__(self, *args, **kwargs):
@@ -111,9 +107,9 @@ def test_an_interrupt_while_a_child_starts_still_ends_the_child(monkeypatch):
             patched.setattr(subprocess, "Popen", SignalledWhileStarting)
             procs.run(["sh", "-c", f"{marker} & {marker}"], timeout=60)
         deadline = time.monotonic() + 10
-        while _running(marker) and time.monotonic() < deadline:
+        while running(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _running(marker) == [], "the child and its own child outlived the interrupt"
+        assert running(marker) == [], "the child and its own child outlived the interrupt"
     finally:
         signal.signal(signal.SIGTERM, previous)
         subprocess.run(["pkill", "-f", marker])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import time
@@ -19,6 +18,7 @@ import pytest
 from ootci.runner.models import RunRecord, Status, variant_index
 from tests.support.cli import OOTCI, ootci
 from tests.support.records import only_record, records_under
+from tests.support.sleepers import running, unique_sleep
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "registry"
 pytestmark = pytest.mark.slow
@@ -107,15 +107,10 @@ def test_build_failure_blocks_later_stages(torch_layer, tmp_path):
     assert "root cause: ValueError: vendor SDK not found" in result.stderr
 
 
-def _sleepers(marker: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
-    return out.split()
-
-
 def _hang_build_copy(tmp_path: Path, build_timeout: int) -> tuple[Path, str]:
     """The hang-build fixture with a sleep nobody else on the machine runs, so
     pgrep finds only what this test started."""
-    marker = f"sleep {secrets.randbelow(10**6) + 10**6}"
+    marker = unique_sleep()
     text = Path(manifest("hang-build")).read_text().replace("sleep 300", marker)
     text = text.replace("build = 3", f"build = {build_timeout}")
     path = tmp_path / "hang" / "backend.toml"
@@ -135,7 +130,7 @@ def test_hanging_build_times_out_and_is_killed_with_its_children(torch_layer, tm
     assert "time limit" in build.root_cause.summary
     assert 3 <= build.duration_s < 30
     assert stages(record)["install"] is Status.blocked
-    assert _sleepers(marker) == []
+    assert running(marker) == []
 
 
 def test_crashing_build_is_classified_by_signal(torch_layer, tmp_path):
@@ -170,7 +165,7 @@ def test_sigterm_leaves_a_complete_record(torch_layer, tmp_path):
     assert record.stage("build").status is Status.failed
     assert record.stage("build").root_cause.kind == "interrupted"
     assert record.stage("install").status is Status.blocked
-    assert _sleepers(marker) == []
+    assert running(marker) == []
 
 
 def test_github_actions_output(toy_runs, tmp_path):
