@@ -3,8 +3,9 @@
 A fresh venv layered over the torch layer, reused while torch and the wheels are
 unchanged. With --python the user's own environment is used, and its torch is
 left as it is. Either way pip runs with the torch under test pinned, the stage
-says what it installed, and it ends by proving that `import torch` there is still
-the torch under test (runner/torch_supply/torch_pin.py).
+says what it installed, and it ends by proving that `import torch` there would still
+load the torch under test (runner/torch_supply/torch_pin.py), found without importing it:
+whether that torch imports is the autoload stage's question, asked right after.
 """
 
 from __future__ import annotations
@@ -135,9 +136,9 @@ def _pip_failure(result: procs.ProcResult, under_test: torch_pin.TorchUnderTest 
 
 
 def _check_torch(python, under_test: torch_pin.TorchUnderTest) -> StageResult | None:
-    """After the install: `import torch` in the environment must still be the torch under test."""
+    """After the install: `import torch` in the environment must still load the torch under test."""
     try:
-        actual = torch_pin.TorchUnderTest.from_info(envs.torch_info(python))
+        actual = torch_pin.TorchUnderTest.from_info(envs.torch_found(python))
     except OotciError as exc:
         return StageResult(name=NAME, status=Status.failed, summary=exc.message,
                            root_cause=RootCause(kind="error", summary=exc.message, hint=torch_pin.SHADOW_HINT))

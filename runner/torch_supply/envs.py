@@ -239,6 +239,31 @@ def layer_torch_info(layer: Env) -> dict:
     return info
 
 
+_TORCH_FOUND = (
+    "import importlib.metadata as md, importlib.util, json, os, runpy\n"
+    "spec = importlib.util.find_spec('torch')\n"
+    "where = os.path.dirname(os.path.realpath(spec.origin)) if spec and spec.origin else None\n"
+    "said = runpy.run_path(os.path.join(where, 'version.py')) if where else {}\n"
+    "try:\n    dist = md.version('torch')\nexcept md.PackageNotFoundError:\n    dist = None\n"
+    f"print({JSON_MARKER!r} + json.dumps({{'version': said.get('__version__'), "
+    "'git_version': said.get('git_version'), 'dist_version': dist, 'location': where}))"
+)
+
+
+def torch_found(python: Path | str, *, timeout: float = 60) -> dict:
+    """What torch_info says, read without importing torch: the package `import torch` would load
+    (the import system's own search, .pth files included) and its torch/version.py.
+
+    For checking that an install left the torch under test in place, an interpreter without
+    torch's second and a half of imports; whether that torch imports is the autoload stage's to
+    say. Where it cannot be read so (no version.py, one that fails), torch is imported after all.
+    """
+    info, _ = json_probe(python, _TORCH_FOUND, timeout=timeout)
+    if info is not None and info.get("location") and info.get("version"):
+        return info
+    return torch_info(python, timeout=max(timeout, 120))
+
+
 def torch_info(python: Path | str, *, timeout: float = 120) -> dict:
     """The torch that `import torch` loads at `python`, without autoload.
 

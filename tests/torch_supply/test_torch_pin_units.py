@@ -9,6 +9,7 @@ test_torch_releases.py.
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -175,3 +176,41 @@ def test_matrix_leaves_out_prebuilt_backends_pinned_to_another_torch():
     assert left_out(resolve("openreg"), "2.14.0") is None  # built against whatever torch is under test
     names = [e["name"] for e in matrix_entries([npu, resolve("openreg")], "2.14.0")]
     assert names == ["openreg"]
+
+
+def _env_with_a_torch(root: Path, files: dict[str, str]) -> Path:
+    """A venv whose site-packages holds a `torch` package made of `files` (no real torch)."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    [site] = root.glob("lib/python3*/site-packages")
+    for name, text in files.items():
+        (site / "torch" / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / "torch" / name).write_text(text)
+    return root / "bin" / "python"
+
+
+def test_the_torch_an_install_left_is_read_without_importing_it(tmp_path):
+    """The install stage's check asks where `import torch` would load from and what its
+    version.py says: a torch whose import fails still answers, so nothing was imported."""
+    from ootci.runner.torch_supply import envs
+
+    python = _env_with_a_torch(tmp_path / "venv", {
+        "__init__.py": "raise ImportError('importing torch is what this check must not pay for')\n",
+        "version.py": "__version__ = '2.14.0+cu130'\ngit_version = '" + "a" * 40 + "'\n"})
+    found = envs.torch_found(python)
+    [site] = (tmp_path / "venv").glob("lib/python3*/site-packages")
+    assert found == {"version": "2.14.0+cu130", "git_version": "a" * 40, "dist_version": None,
+                     "location": os.path.realpath(site / "torch")}
+
+
+def test_a_torch_without_a_readable_version_is_imported_after_all(tmp_path):
+    """No __version__ in version.py (a package that only calls itself torch): torch_found falls back
+    to importing it, as torch_info does, and says what the import says."""
+    from ootci.runner.torch_supply import envs
+
+    python = _env_with_a_torch(tmp_path / "venv", {"__init__.py": "__version__ = '0.0.1'\nfrom . import version\n",
+                                                   "version.py": "git_version = '" + "f" * 40 + "'\n"})
+    found = envs.torch_found(python)
+    assert (found["version"], found["git_version"]) == ("0.0.1", "f" * 40)
