@@ -468,7 +468,10 @@ def test_setup_installs_ootci_from_a_copy_and_not_editable():
     (install,) = [s for s in steps_of(REPO / "actions" / "setup" / "action.yml") if s.get("id") == "install"]
     assert "--editable" not in install["run"] and " -e " not in install["run"]
     assert 'cp -R "$GITHUB_ACTION_PATH/../.." "$RUNNER_TEMP/ootci-src"' in install["run"]
-    assert 'install --quiet --disable-pip-version-check "$RUNNER_TEMP/ootci-src${EXTRAS:+[$EXTRAS]}"' in install["run"]
+    assert 'ootci_src="$RUNNER_TEMP/ootci-src${EXTRAS:+[$EXTRAS]}"' in install["run"]
+    # Both ways of making the venv (without ensurepip where the interpreter's pip can install into
+    # it, with it where that pip is older or absent) install from the copy.
+    assert install["run"].count('install --quiet --disable-pip-version-check "$ootci_src"') == 2
 
 
 @pytest.mark.parametrize("name", ["nightly.yml", "pytorch-pr.yml", "collect.yml"])
@@ -866,12 +869,25 @@ def stand_in_python(tmp_path_factory):
     return base
 
 
-@pytest.mark.parametrize("image_python", [True, False], ids=["image-python", "setup-python"])
-def test_setup_installs_ootci_into_a_venv_of_the_job_and_nothing_into_the_interpreter(tmp_path, image_python,
-                                                                                     stand_in_python):
+@pytest.fixture(scope="module")
+def stand_in_python_without_pip(tmp_path_factory):
+    """An image's Python that has no pip (venv without ensurepip)."""
+    base = tmp_path_factory.mktemp("python-without-pip") / "base"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(base)],
+                   check=True)
+    return base
+
+
+@pytest.mark.parametrize("image_python, with_pip", [(True, True), (False, True), (True, False)],
+                         ids=["image-python", "setup-python", "image-python-without-pip"])
+def test_setup_installs_ootci_into_a_venv_of_the_job_and_nothing_into_the_interpreter(
+        tmp_path, image_python, with_pip, request):
     """The install step, run for real with a fresh venv standing in for the image's Python or
     setup-python's and a stand-in package for ootci: a self-hosted runner's tool cache (and an
-    image's site-packages) is shared, so nothing may be installed into that interpreter."""
+    image's site-packages) is shared, so nothing may be installed into that interpreter. An
+    interpreter whose pip can install into another environment makes the venv without ensurepip;
+    one without pip gets ensurepip's. Either way the job's venv has a pip of its own."""
+    stand_in_python = request.getfixturevalue("stand_in_python" if with_pip else "stand_in_python_without_pip")
     (install,) = [s for s in load(SETUP)["runs"]["steps"] if s.get("id") == "install"]
     source = tmp_path / "ootci"
     action = source / "actions" / "setup"
@@ -885,14 +901,23 @@ def test_setup_installs_ootci_into_a_venv_of_the_job_and_nothing_into_the_interp
     before = sorted(p.name for p in site.iterdir())
     runner_temp, github_path, github_output = tmp_path / "temp", tmp_path / "github_path", tmp_path / "out"
     runner_temp.mkdir()
+    # The interpreter, as the step finds it (`python` on PATH, or the image's by path), writes down
+    # how it is called, so the test sees which way the venv was made.
+    calls, shim = tmp_path / "calls", tmp_path / "shim" / "python"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {base / "bin" / "python"} "$@"\n')
+    shim.chmod(0o755)
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", install["run"]],
-                            env={"PATH": f"{base / 'bin'}:/usr/bin:/bin", "USE_IMAGE_PYTHON": str(image_python).lower(),
-                                 "IMAGE_PYTHON": str(base / "bin" / "python"), "RUNNER_TEMP": str(runner_temp),
+                            env={"PATH": f"{shim.parent}:{base / 'bin'}:/usr/bin:/bin",
+                                 "USE_IMAGE_PYTHON": str(image_python).lower(),
+                                 "IMAGE_PYTHON": str(shim), "RUNNER_TEMP": str(runner_temp),
                                  "GITHUB_PATH": str(github_path), "GITHUB_OUTPUT": str(github_output),
                                  "GITHUB_ACTION_PATH": str(action)},
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     venv = runner_temp / "ootci-venv"
+    made = [line for line in calls.read_text().splitlines() if line.startswith("-m venv")]
+    assert made == [f"-m venv --without-pip {venv}" if with_pip else f"-m venv {venv}"]
     assert github_path.read_text() == f"{venv / 'bin'}\n"
     assert (venv / "bin" / "ootci").is_file() and github_output.read_text() == "version=ootci 0\n"
     # ootci downloads a torch release with its own interpreter's pip.
