@@ -258,7 +258,10 @@ def torch_found(python: Path | str, *, timeout: float = 60) -> dict:
     torch's second and a half of imports; whether that torch imports is the autoload stage's to
     say. Where it cannot be read so (no version.py, one that fails), torch is imported after all.
     """
-    info, _ = json_probe(python, _TORCH_FOUND, timeout=timeout)
+    # Without autoload, as torch_info: a .pth file that imports a backend (and so torch) at startup
+    # must not load the backends here either.
+    info, _ = json_probe(python, _TORCH_FOUND, timeout=timeout,
+                         env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
     if info is not None and info.get("location") and info.get("version"):
         return info
     return torch_info(python, timeout=max(timeout, 120))
