@@ -27,6 +27,6 @@ PYTEST_WORKERS ?= 3
 test: setup
 	.venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-# Everything not marked slow: no backend build, no act run, no CUDA release (about 3 minutes).
+# Everything not marked slow: no backend build, no act run, no CUDA release (about 2 minutes).
 test-fast: setup
 	.venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
