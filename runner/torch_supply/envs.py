@@ -207,9 +207,12 @@ def json_probe(python: Path | str, code: str, *args: str, timeout: float = 120,
     return None, result
 
 
+_DIST_VERSION = "try:\n    dist = md.version('torch')\nexcept md.PackageNotFoundError:\n    dist = None\n"
+"""probe code: `dist`, the torch version pip sees (None without its metadata)"""
+
 _TORCH_INFO = (
     "import importlib.metadata as md, json, os, torch\n"
-    "try:\n    dist = md.version('torch')\nexcept md.PackageNotFoundError:\n    dist = None\n"
+    + _DIST_VERSION +
     f"print({JSON_MARKER!r} + json.dumps({{'version': torch.__version__, "
     "'git_version': getattr(torch.version, 'git_version', None), 'dist_version': dist, "
     "'location': os.path.dirname(os.path.realpath(torch.__file__))}))"
@@ -244,7 +247,7 @@ _TORCH_FOUND = (
     "spec = importlib.util.find_spec('torch')\n"
     "where = os.path.dirname(os.path.realpath(spec.origin)) if spec and spec.origin else None\n"
     "said = runpy.run_path(os.path.join(where, 'version.py')) if where else {}\n"
-    "try:\n    dist = md.version('torch')\nexcept md.PackageNotFoundError:\n    dist = None\n"
+    + _DIST_VERSION +
     f"print({JSON_MARKER!r} + json.dumps({{'version': said.get('__version__'), "
     "'git_version': said.get('git_version'), 'dist_version': dist, 'location': where}))"
 )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -180,9 +182,6 @@ def test_matrix_leaves_out_prebuilt_backends_pinned_to_another_torch():
 
 def _env_with_a_torch(root: Path, files: dict[str, str]) -> Path:
     """A venv whose site-packages holds a `torch` package made of `files` (no real torch)."""
-    import subprocess
-    import sys
-
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     [site] = root.glob("lib/python3*/site-packages")
     for name, text in files.items():

@@ -861,21 +861,22 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 """
 
 
+def _fresh_venv(tmp_path_factory, name: str, *flags: str) -> Path:
+    base = tmp_path_factory.mktemp(name) / "base"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", *flags, str(base)], check=True)
+    return base
+
+
 @pytest.fixture(scope="module")
 def stand_in_python(tmp_path_factory):
     """A fresh venv, for the interpreter a job's image or setup-python gives."""
-    base = tmp_path_factory.mktemp("python") / "base"
-    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(base)], check=True)
-    return base
+    return _fresh_venv(tmp_path_factory, "python")
 
 
 @pytest.fixture(scope="module")
 def stand_in_python_without_pip(tmp_path_factory):
     """An image's Python that has no pip (venv without ensurepip)."""
-    base = tmp_path_factory.mktemp("python-without-pip") / "base"
-    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(base)],
-                   check=True)
-    return base
+    return _fresh_venv(tmp_path_factory, "python-without-pip", "--without-pip")
 
 
 @pytest.mark.parametrize("image_python, with_pip", [(True, True), (False, True), (True, False)],
