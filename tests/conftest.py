@@ -90,15 +90,30 @@ LONGEST_FIRST = (
 )
 
 
-TIMED_LAST = ("test_slowdown_planted.py",)
-"""Files whose verdicts rest on real timings, handed out after every other file. Started among
-the long ones (act runs and 5 GB torch installs on the other workers), the planted slowdown's
-bad end timed rounds from 0.95 to 11.6 around a fourfold slowdown, and its bisection was
-rightly refused as too noisy. At the end only the other workers' last short files run beside it."""
+FIRST = ("test_priority_slot.py",)
+"""Handed out before everything: the tests of the priority slot need a worker that no timed file
+has lowered yet, and none can be before the longest files are all handed out."""
+
+TIMED = ("test_slowdown_planted.py",)
+"""Files whose verdicts rest on real timings, handed out right after the longest files and before
+the light ones, and run in a priority slot (fixture `priority_slot`). Started among the long ones
+(act runs and 5 GB torch installs on the other workers, at equal priority), the planted
+slowdown's bad end timed rounds from 0.95 to 11.6 around a fourfold slowdown, and its
+bisection was rightly refused as too noisy. Run alone after every other file, it left a core
+idle for its last two minutes."""
 
 
 def pytest_collection_modifyitems(session, config, items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    rank.update({name: len(LONGEST_FIRST) + 1 + i for i, name in enumerate(TIMED_LAST)})
-    # Stable: a file keeps its order, and files named in neither list go between the two.
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))
+    rank = {name: i for i, name in enumerate(FIRST + LONGEST_FIRST + TIMED)}
+    # Stable: a file keeps its order, and files named in none of the lists come last.
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+@pytest.fixture(scope="module")
+def priority_slot():
+    """The module's timings are taken with the other workers, and all they start, at the lowest
+    CPU priority (tests/support/priority.py): what they run fills the cores it leaves idle."""
+    from tests.support.priority import others_yield_the_cpu
+
+    with others_yield_the_cpu():
+        yield

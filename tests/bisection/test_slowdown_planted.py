@@ -26,7 +26,9 @@ from ootci.runner.performance import series
 from tests.support import slowdown_repo
 from tests.support.cli import ootci
 
-pytestmark = pytest.mark.slow
+# Timed in a priority slot (tests/conftest.py: TIMED, priority_slot): the other workers' files
+# run beside it at the lowest CPU priority.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("priority_slot")]
 
 NIGHTS_BEFORE = 7
 """nights at the good commit: with fewer, no step at the end of a series is significant at the
