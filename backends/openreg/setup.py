@@ -15,16 +15,21 @@ The wheel's metadata records the torch it was compiled against, in
 torch_openreg-*.dist-info/torch_build.json: the C++ ABI is that torch's, so
 a tool that finds the wheel failing with an undefined symbol can tell a torch
 mismatch from a bug of the backend.
+
+pip asks for the metadata (egg_info, dist_info) in a process of its own, before
+the build: that process does not import torch, which would be most of its time.
+It reads torch's version from torch/version.py instead.
 """
 
 import glob
+import importlib.util
 import json
 import os
+import runpy
+import sys
 
-import torch
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.egg_info import egg_info
-from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PARTS = ("runtime", "aten")
@@ -64,9 +69,22 @@ class egg_info_with_torch_build(egg_info):
 
     def run(self):
         super().run()
-        build = {"version": torch.__version__, "git_version": getattr(torch.version, "git_version", None)}
+        build = installed_torch()
         self.write_file("torch build", os.path.join(self.egg_info, TORCH_BUILD_FILE),
                         json.dumps(build, sort_keys=True) + "\n")
+
+
+def installed_torch():
+    """The version and git_version of the torch the build sees, without importing it where it is
+    not imported already: torch/version.py is plain assignments."""
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        return {"version": str(torch.__version__), "git_version": getattr(torch.version, "git_version", None)}
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("setup.py: torch is not installed; install it first, then build with --no-build-isolation")
+    version = runpy.run_path(os.path.join(spec.submodule_search_locations[0], "version.py"))
+    return {"version": version["__version__"], "git_version": version.get("git_version")}
 
 
 def sources():
@@ -75,16 +93,25 @@ def sources():
     return unity_sources()
 
 
-setup(
-    ext_modules=[
-        CppExtension(
-            "torch_openreg._C",
-            sources(),
-            include_dirs=[os.path.join(HERE, "csrc")],
-            # -g0: debug info for torch's headers roughly doubles compile
-            # time and the library's size.
-            extra_compile_args=["-O2", "-g0", "-fvisibility=hidden"],
-        )
-    ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "egg_info": egg_info_with_torch_build},
-)
+# Commands that only write metadata: they need the extension's sources (for the manifest), not
+# torch's compiler settings.
+METADATA_ONLY = ("egg_info", "dist_info")
+NAME = "torch_openreg._C"
+INCLUDE_DIRS = [os.path.join(HERE, "csrc")]
+# -g0: debug info for torch's headers roughly doubles compile time and the library's size.
+COMPILE_ARGS = ["-O2", "-g0", "-fvisibility=hidden"]
+
+# The command is the first argument that is not an option (setuptools' build backend may put
+# global options such as --verbose first).
+COMMAND = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+
+if COMMAND in METADATA_ONLY:
+    extension = Extension(NAME, sources(), include_dirs=INCLUDE_DIRS, extra_compile_args=COMPILE_ARGS)
+    commands = {"egg_info": egg_info_with_torch_build}
+else:
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+    extension = CppExtension(NAME, sources(), include_dirs=INCLUDE_DIRS, extra_compile_args=COMPILE_ARGS)
+    commands = {"build_ext": BuildExtension.with_options(use_ninja=True), "egg_info": egg_info_with_torch_build}
+
+setup(ext_modules=[extension], cmdclass=commands)

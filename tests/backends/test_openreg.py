@@ -7,6 +7,7 @@ change), installs backends/openreg into it, and runs the target-side suite once
 here that asserts its outcome.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -83,3 +84,51 @@ def test_packaging_is_tied_to_no_single_torch():
         assert '"torch==$OPENREG_TORCH_VERSION"' in cibw[key]
         assert "torch==2" not in cibw[key]
     assert "torch_build.json" in (BACKEND / "setup.py").read_text()
+
+
+# Records, in the file named by OPENREG_TORCH_IMPORTED, that a process imported torch (the
+# interpreter's "import" audit event; importlib.util.find_spec does not raise it).
+IMPORT_WATCH = '''
+import os, sys
+
+def watch(event, args):
+    if event == "import" and args[0] == "torch":
+        with open(os.environ["OPENREG_TORCH_IMPORTED"], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+
+sys.addaudithook(watch)
+'''
+
+
+def test_metadata_is_prepared_without_importing_torch_and_names_the_torch_it_sees(torch_layer, layer_torch,
+                                                                               tmp_path):
+    """pip asks for the metadata in a process of its own before the build: that process reads
+    torch's version from torch/version.py rather than spend most of its time importing torch."""
+    from pyproject_hooks import BuildBackendHookCaller, default_subprocess_runner
+
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    (watch / "sitecustomize.py").write_text(IMPORT_WATCH)
+    imported = tmp_path / "imported"
+    env = {"PYTHONPATH": str(watch), "OPENREG_TORCH_IMPORTED": str(imported)}
+    # The watch itself: a plain `import torch` in the same layer is seen.
+    subprocess.run([str(torch_layer.python), "-c", "import torch"], env={**os.environ, **env}, check=True)
+    assert imported.read_text().count("\n") == 1
+    imported.unlink()
+
+    source = tmp_path / "openreg"
+    shutil.copytree(BACKEND, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+
+    def runner(cmd, cwd=None, extra_environ=None):
+        default_subprocess_runner(cmd, cwd=cwd, extra_environ={**(extra_environ or {}), **env})
+
+    hooks = BuildBackendHookCaller(str(source), "setuptools.build_meta", python_executable=str(torch_layer.python),
+                                   runner=runner)
+    metadata = tmp_path / "metadata"
+    metadata.mkdir()
+    dist_info = metadata / hooks.prepare_metadata_for_build_wheel(str(metadata))
+    assert not imported.exists(), "the metadata hook imported torch"
+    egg_info = next(metadata.glob("*.egg-info"))
+    recorded = json.loads((egg_info / "torch_build.json").read_text())
+    assert recorded == {"version": layer_torch["version"], "git_version": layer_torch["git_version"]}
+    assert (dist_info / "METADATA").read_text().startswith("Metadata-Version")
