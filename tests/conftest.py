@@ -92,7 +92,7 @@ LONGEST_FIRST = (
 
 FIRST = ("test_priority_slot.py",)
 """Handed out before everything: the tests of the priority slot need a worker that no timed file
-has lowered yet, and none is handed out before eight of the longest files."""
+has lowered yet, and none is handed out before the longest files up to TIMED_BEFORE."""
 
 TIMED = ("test_slowdown_planted.py",)
 """Files whose verdicts rest on real timings, run in a priority slot (fixture `priority_slot`) and

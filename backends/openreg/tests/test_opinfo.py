@@ -17,6 +17,9 @@ import torch_openreg  # noqa: F401
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
 from torch.testing._internal.common_utils import SEED, TEST_NUMPY  # noqa: E402
 
+if TEST_NUMPY:
+    import numpy
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "opinfo_exclusions.toml"), "rb") as f:
     EXCLUDED = tomllib.load(f)["reasons"]
@@ -76,8 +79,6 @@ def _samples(op):
         _seed(SEED)
         random.seed(SEED)
         if TEST_NUMPY:
-            import numpy
-
             numpy.random.seed(SEED)
         try:
             samples.append(next(made))
