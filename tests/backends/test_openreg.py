@@ -19,6 +19,7 @@ import pytest
 from ootci.runner.torch_supply.envs import cache_root
 from ootci.runner.stages.build import with_ccache
 from tests.support import target_pytest
+from tests.support.init_fixtures import UNITY_PARTS, unity_unit
 
 REPO = Path(__file__).resolve().parents[2]
 BACKEND = REPO / "backends" / "openreg"
@@ -132,3 +133,6 @@ def test_metadata_is_prepared_without_importing_torch_and_names_the_torch_it_see
     recorded = json.loads((egg_info / "torch_build.json").read_text())
     assert recorded == {"version": layer_torch["version"], "git_version": layer_torch["git_version"]}
     assert (dist_info / "METADATA").read_text().startswith("Metadata-Version")
+    # The units it generated are the ones the init fixtures' setup.py write (tests/onboarding/test_init.py).
+    for part in UNITY_PARTS:
+        assert (source / "build" / "unity" / f"{part}.cpp").read_text() == unity_unit(source, part)

@@ -25,7 +25,7 @@ from ootci.runner.onboarding import onboard, project_metadata
 from ootci.runner.core.errors import ProjectError
 
 from tests.support.cli import ootci
-from tests.support.init_fixtures import BACKENDS, materialize
+from tests.support.init_fixtures import BACKENDS, SETUPTOOLS_FIXTURES, UNITY_PARTS, materialize, unity_unit
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -342,6 +342,9 @@ def test_init_then_a_first_run_is_green(tmp_path, onboarded, fixture):
     assert stages == {"torch": "passed", "build": "passed", "install": "passed", "autoload": "passed",
                       "smoke": "passed", "integration": "skipped"}
     assert record["device"] == device and record["status"] == "passed"
+    if fixture in SETUPTOOLS_FIXTURES:  # OpenReg's units (tests/backends/test_openreg.py): ccache hits
+        for part in UNITY_PARTS:
+            assert (repo / "build" / "unity" / f"{part}.cpp").read_text() == unity_unit(repo, part)
 
     again = ootci("init", cwd=repo, timeout=120)
     assert again.returncode == 2 and "ci/backend.toml already exists" in again.stderr

@@ -26,6 +26,18 @@ BACKENDS = {
 }
 
 
+UNITY_PARTS = ("runtime", "aten")
+SETUPTOOLS_FIXTURES = ("pyproject", "setup-py")
+"""the fixtures whose setup.py compiles OpenReg's csrc/ exactly as OpenReg's setup.py does"""
+
+
+def unity_unit(root: Path, part: str) -> str:
+    """What build/unity/<part>.cpp must hold under a checkout `root` of OpenReg's csrc/: only relative
+    includes of csrc/<part>/*.cpp, sorted. The same text under the same name, with the same flags,
+    is the same unit to ccache, so the fixtures' builds find OpenReg's (and each other's)."""
+    return "".join(f'#include "../../csrc/{part}/{src.name}"\n' for src in sorted((root / "csrc" / part).glob("*.cpp")))
+
+
 def materialize(name: str, dest: Path, *, git: bool = True) -> Path:
     """A working copy of fixture `name` at dest (which must not exist yet)."""
     shutil.copytree(FIXTURES / name, dest, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
