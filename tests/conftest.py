@@ -50,6 +50,17 @@ def torch_layer():
 
 
 @pytest.fixture(scope="session")
+def openreg_compiled(torch_layer, tmp_path_factory) -> None:
+    """OpenReg's units compiled against the 2.13.0 layer, once per session, whichever worker asks
+    first (tests/support/shared_runs.py: OPENREG_BUILT_ON_2_13): a build of a copy of its csrc/
+    after this is a ccache hit."""
+    from tests.support.shared_runs import openreg_built_on_2_13
+
+    run = openreg_built_on_2_13(tmp_path_factory)
+    assert run.returncode == 0, f"OpenReg does not build on 2.13.0:\n{run.stdout}\n{run.stderr}"
+
+
+@pytest.fixture(scope="session")
 def layer_torch(torch_layer) -> dict:
     """What the 2.13.0 layer's torch says of itself (version, git_version, dist_version, location).
 

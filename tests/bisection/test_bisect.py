@@ -33,7 +33,7 @@ def read_bisection(out: Path) -> tuple[BisectRecord, Path]:
 
 
 @pytest.fixture(scope="module")
-def bisected(tmp_path_factory):
+def bisected(tmp_path_factory, openreg_compiled):
     """Two nightly runs of the fixture (commit 1: green, commit 8: red), then `ootci bisect` between them."""
     root = tmp_path_factory.mktemp("bisect")
     repo, commits = bisect_repo.make(root)

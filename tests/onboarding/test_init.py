@@ -295,7 +295,7 @@ def comments_before(text: str, key: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def onboarded(tmp_path_factory, torch_layer):
+def onboarded(tmp_path_factory, torch_layer, openreg_compiled):
     """onboarded(fixture) -> (repo, result of `ootci init` there), once per fixture."""
     done: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
 

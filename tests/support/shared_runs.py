@@ -67,3 +67,16 @@ matrix checks it is green, the shard test compares three shards with it"""
 
 def openreg_on_2_13(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
     return shared_run(tmp_path_factory, *OPENREG_ON_2_13)
+
+
+OPENREG_BUILT_ON_2_13 = ("run", "openreg", "--torch", "2.13.0", "--suites", "none")
+"""OpenReg built against the local 2.13.0 wheel, installed and verified, no suites (fixture
+`openreg_compiled`). Files that compile OpenReg's csrc/ against 2.13.0 in copies of their own
+(the bisection's history, a vendor's repository, the init fixtures) ask for it before they
+build, so the units are compiled once and their builds are ccache hits; handed out side by
+side at the start of the session, each compiled the same units (about 25 s of CPU each). The
+shared run above then finds OpenReg's wheel in ootci's cache."""
+
+
+def openreg_built_on_2_13(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
+    return shared_run(tmp_path_factory, *OPENREG_BUILT_ON_2_13)

@@ -68,6 +68,7 @@ def test_pytorch_pr_starts_no_backend_for_an_unlabelled_or_closed_pr(act_setup, 
 
 
 @needs_openreg
+@pytest.mark.usefixtures("openreg_compiled")  # builds a copy of OpenReg: a ccache hit
 def test_a_vendor_repository_runs_a_gated_pr_through_pr_yml_and_reports_exactly_once_each(act_setup, httpserver,
                                                                                           tmp_path):
     """A vendor's repository, dispatched to by PyTorch's relay, calls
@@ -156,6 +157,7 @@ def vendor_repository(dest: Path, ootci_sha: str) -> Path:
 
 
 @needs_openreg
+@pytest.mark.usefixtures("openreg_compiled")  # builds a copy of OpenReg: a ccache hit
 def test_a_vendor_repository_calls_backend_yml_at_a_sha_as_the_readme_shows(act_setup, httpserver, tmp_path):
     """The vendor path on GitHub: another repository's workflow calls
     ootci/ootci/.github/workflows/backend.yml@<sha>, so every `$/` inside ootci means
@@ -196,6 +198,7 @@ def test_a_vendor_repository_calls_backend_yml_at_a_sha_as_the_readme_shows(act_
 
 
 @needs_openreg
+@pytest.mark.usefixtures("openreg_compiled")  # builds a copy of OpenReg: a ccache hit
 def test_bisect_workflow_names_the_first_bad_backend_commit_for_a_vendor(act_setup, tmp_path):
     """bisect.yml under act runs the backend-axis case: a vendor repository calls
     ootci/ootci/.github/workflows/bisect.yml@<sha> with examples/vendor-bisect.yml, its
