@@ -41,17 +41,21 @@ def _installed_version(python, distribution: str) -> str | None:
 
 def run(ctx: RunContext) -> StageResult:
     m = ctx.manifest
-    under_test = ctx.torch_under_test
-    reused = False
-    if ctx.options.python is None:
-        assert ctx.torch_env is not None
-        env, reused = envs.env_under_test(
-            ctx.torch_env, (m.name, _wheel_digest(ctx), m.build.extra_requirements, m.build.no_deps),
-            cache=ctx.cache)
+    if ctx.options.python is not None:
+        return _install(ctx, None, reused=False)
+    assert ctx.torch_env is not None
+    # The cached environment stays locked until it is marked ready (or left unfinished).
+    with envs.env_under_test(ctx.torch_env, (m.name, _wheel_digest(ctx), m.build.extra_requirements,
+                                             m.build.no_deps), cache=ctx.cache) as (env, reused):
         ctx.env = env
-        target = env
-    else:
-        target = None
+        return _install(ctx, env, reused=reused)
+
+
+def _install(ctx: RunContext, target: envs.Env | None, *, reused: bool) -> StageResult:
+    """Install into ctx.python (a fresh cached environment `target`, or the user's --python);
+    a reused environment gets nothing installed."""
+    m = ctx.manifest
+    under_test = ctx.torch_under_test
     python = ctx.python
     installed: list[str] = []
     if not reused:

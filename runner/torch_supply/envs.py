@@ -11,11 +11,13 @@ environment's own site-packages. Environments are keyed, and reused while the ke
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,12 +180,21 @@ def layered_env(layer: Env, root: Path) -> Env:
     return env
 
 
-def env_under_test(layer: Env, key_parts: object, *, cache: Path | None = None) -> tuple[Env, bool]:
+@contextlib.contextmanager
+def env_under_test(layer: Env, key_parts: object, *, cache: Path | None = None) -> Iterator[tuple[Env, bool]]:
+    """(env, reused): the cached environment for key_parts over the layer, made fresh unless a
+    finished one is there. Held for the whole block, in which the caller installs into a fresh
+    one and marks it ready: parallel runs of the same backend on the same torch (a shared
+    cache on one host, pytest-xdist workers) would otherwise make the same venv at once, and
+    one would find the other's half-made directory."""
     key = digest("env", key_parts, os.fspath(layer.root))
     env = Env((cache or cache_root()) / "envs" / key)
-    if env.is_ready():
-        return env, True
-    return layered_env(layer, env.root), False
+    env.root.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(os.fspath(env.root) + ".lock"):
+        if env.is_ready():
+            yield env, True
+        else:
+            yield layered_env(layer, env.root), False
 
 
 def mark_ready(env: Env, meta: dict) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -82,14 +83,32 @@ def test_changed_source_is_rebuilt(torch_layer, tmp_path):
     text = Path(manifest("toy")).read_text().replace('path = "pkg"', f'path = "{FIXTURES / "toy" / "pkg"}"')
     (package / "backend.toml").write_text(text)
     src_copy = tmp_path / "src"
-    import shutil
-
     shutil.copytree(FIXTURES / "toy" / "pkg", src_copy, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     (package / "backend.toml").write_text(text.replace(str(FIXTURES / "toy" / "pkg"), str(src_copy)))
     (src_copy / "torch_toy" / "extra.py").write_text(f"STAMP = {time.time()!r}\n")
     result = ootci("run", str(package / "backend.toml"), "--torch", "2.13.0", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert only_record(tmp_path / "out").stage("build").data["cache_hit"] is False
+
+
+def test_parallel_runs_of_one_backend_make_its_new_environment_once(torch_layer, tmp_path):
+    """Two runs of the same new backend on one torch at once (one host's jobs sharing ootci's
+    cache): the second waits for the first's environment and reuses it. Unlocked, both made the
+    same venv at once, and one found the other's half-made directory."""
+    source = tmp_path / "src"
+    shutil.copytree(FIXTURES / "toy" / "pkg", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    (source / "torch_toy" / "extra.py").write_text(f"STAMP = {time.time()!r}\n")  # a wheel, so an env, of its own
+    path = tmp_path / "backend.toml"
+    path.write_text(Path(manifest("toy")).read_text().replace('path = "pkg"', f'path = "{source}"'))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    procs = [subprocess.Popen([str(OOTCI), "run", str(path), "--torch", "2.13.0", "--out", str(tmp_path / name)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for name in ("a", "b")]
+    ended = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], ended
+    installs = [only_record(tmp_path / name).stage("install") for name in ("a", "b")]
+    assert sorted(i.data["reused"] for i in installs) == [False, True], [i.summary for i in installs]
+    assert installs[0].data["python"] == installs[1].data["python"]
 
 
 def test_build_failure_blocks_later_stages(torch_layer, tmp_path):
