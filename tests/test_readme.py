@@ -42,7 +42,7 @@ def test_makefile_has_both_targets():
 
 def test_quick_start_says_what_make_test_costs_and_how_to_run_a_part():
     text = " ".join(section("Quick start").split())
-    for cost in ("21 minutes on a 2-core machine", "all but half a minute of them in pytest", "PYTEST_WORKERS=0", "5.4 GB each", "14 GB", "act", "Chromium"):
+    for cost in ("20 minutes on a 2-core machine", "all but half a minute of them in pytest", "PYTEST_WORKERS=0", "5.4 GB each", "14 GB", "act", "Chromium"):
         assert cost in text, cost
     # The way to run a part is documented, and works: the Makefile passes PYTEST_ARGS, the marker exists.
     assert "make test-fast" in text and "PYTEST_ARGS=tests/manifests/test_manifest.py" in text
