@@ -44,7 +44,7 @@ def run(ctx: RunContext) -> StageResult:
     if ctx.options.python is not None:
         return _install(ctx, None, reused=False)
     assert ctx.torch_env is not None
-    # The cached environment stays locked until it is marked ready (or left unfinished).
+    # A fresh cached environment stays locked until it is marked ready (or left unfinished).
     with envs.env_under_test(ctx.torch_env, (m.name, _wheel_digest(ctx), m.build.extra_requirements,
                                              m.build.no_deps), cache=ctx.cache) as (env, reused):
         ctx.env = env

@@ -183,18 +183,19 @@ def layered_env(layer: Env, root: Path) -> Env:
 @contextlib.contextmanager
 def env_under_test(layer: Env, key_parts: object, *, cache: Path | None = None) -> Iterator[tuple[Env, bool]]:
     """(env, reused): the cached environment for key_parts over the layer, made fresh unless a
-    finished one is there. Held for the whole block, in which the caller installs into a fresh
-    one and marks it ready: parallel runs of the same backend on the same torch (a shared
-    cache on one host, pytest-xdist workers) would otherwise make the same venv at once, and
-    one would find the other's half-made directory."""
+    finished one is there. A fresh one stays locked for the whole block, in which the caller
+    installs into it and marks it ready: parallel runs of the same backend on the same torch (a
+    shared cache on one host, pytest-xdist workers) would otherwise make the same venv at once,
+    and one would find the other's half-made directory. A finished one is never written to
+    again, so it is handed out unlocked."""
     key = digest("env", key_parts, os.fspath(layer.root))
     env = Env((cache or cache_root()) / "envs" / key)
     env.root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(os.fspath(env.root) + ".lock"):
-        if env.is_ready():
-            yield env, True
-        else:
+        if not env.is_ready():
             yield layered_env(layer, env.root), False
+            return
+    yield env, True
 
 
 def mark_ready(env: Env, meta: dict) -> None:
