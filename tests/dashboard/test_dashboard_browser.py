@@ -53,6 +53,15 @@ def hostile_record():
     return record
 
 
+def follow(page, link):
+    """Click `link` and return once the page it opens has loaded. A click returns as soon as the
+    navigation commits: `page.url` already names the new page while its rows may not be parsed
+    yet (CI once read 0 rows of 97 on the "passed" page)."""
+    target = link.evaluate("a => a.href")  # resolved and encoded as the browser will load it
+    link.click()
+    page.wait_for_url(lambda url: url == target)  # then waits for the "load" event
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     data = tmp_path_factory.mktemp("runs")
@@ -165,7 +174,7 @@ def test_index_and_backend_pages_render(page, base):
     assert cell.get_attribute("title").startswith("integration: ")
     shot(page, "index")
 
-    page.get_by_role("link", name="ascend", exact=True).click()
+    follow(page, page.get_by_role("link", name="ascend", exact=True))
     assert page.url.endswith("backends/ascend.html")
     assert page.locator("#culprit").is_visible()
     assert page.locator("#culprit a.ext").get_attribute("href") == (
@@ -190,7 +199,7 @@ def test_index_and_backend_pages_render(page, base):
 
 def test_pr_page_shows_the_head_and_each_backend(page, base):
     page.goto(urljoin(base, "index.html"))
-    page.get_by_role("link", name="#100", exact=True).first.click()
+    follow(page, page.get_by_role("link", name="#100", exact=True).first)
     assert page.url.endswith("prs/100.html")
     head = page.locator(f"#head-{synthetic.pr_head(100)}")
     assert head.is_visible() and "latest tested" in head.locator("h2").inner_text()
@@ -205,7 +214,7 @@ def test_pr_page_shows_the_head_and_each_backend(page, base):
 
 def test_outcome_filter(page, base):
     page.goto(urljoin(base, "backends/gaudi.html"))
-    page.locator("#history tbody tr[data-status='failed'] th a").first.click()
+    follow(page, page.locator("#history tbody tr[data-status='failed'] th a").first)
     run_url = page.url
     # The tests that did not pass are the page, worst first; the passed ones are behind the
     # "passed" filter, off by default: a page of their own.
@@ -231,14 +240,14 @@ def test_outcome_filter(page, base):
     assert 0 < page.locator("#tests tbody tr:visible").count() == matmul < total
 
     passed = int(page.locator("#filters a[href$='.passed.html'] .n").inner_text())
-    page.locator("#filters a[href$='.passed.html']").click()
+    follow(page, page.locator("#filters a[href$='.passed.html']"))
     assert page.url == run_url.removesuffix(".html") + ".passed.html"
     assert page.locator("#tests tbody tr").count() == passed == \
         page.locator("#tests tbody tr[data-outcome='passed']").count() > 0
     page.fill("#search", "softmax")
     softmax = page.locator("#tests tbody tr:visible").count()
     assert 0 < softmax < passed and page.locator("#shown").inner_text() == f"{softmax} of {passed} tests shown"
-    page.get_by_role("link", name="the run's page").click()
+    follow(page, page.get_by_role("link", name="the run's page"))
     assert page.url == run_url
 
 
@@ -246,8 +255,8 @@ def test_run_page_without_javascript_shows_every_row(browser, base):
     context = browser.new_context(java_script_enabled=False)
     page = context.new_page()
     page.goto(urljoin(base, "index.html"))
-    page.get_by_role("link", name="gaudi", exact=True).click()
-    page.locator("#history tbody tr th a").first.click()
+    follow(page, page.get_by_role("link", name="gaudi", exact=True))
+    follow(page, page.locator("#history tbody tr th a").first)
     rows = page.locator("#tests tbody tr")
     assert rows.count() > 0 and page.locator("#tests tbody tr:visible").count() == rows.count()
     assert not page.locator("#filters").is_visible()
@@ -257,14 +266,14 @@ def test_run_page_without_javascript_shows_every_row(browser, base):
 
 def test_hostile_text_stays_inert_and_readable(page, base):
     page.goto(urljoin(base, "index.html"))
-    page.get_by_role("link", name="evil<b>end", exact=True).click()
+    follow(page, page.get_by_role("link", name="evil<b>end", exact=True))
     assert page.locator("h1").inner_text().startswith("evil<b>end")
     assert page.locator("#culprit a.ext").count() == 0  # a non-hex commit is never linked
     reason = page.locator("#xfail li", has_text="test_long_reason").locator(".muted").inner_text()
     assert reason.endswith("…") and len(reason) < 320, reason
     assert reason.removeprefix("— ").removesuffix("…") in LONG_REASON  # cut where a word ends, on one line
     assert LONG_REASON[len(reason.removeprefix("— ").removesuffix("…"))] == " "
-    page.locator("#history tbody tr th a").first.click()
+    follow(page, page.locator("#history tbody tr th a").first)
 
     assert page.locator("h1").inner_text().startswith("evil-<i>run</i>")
     # The id stands in the "What is new" box (a new failure) and in the tests table, inert in both.
