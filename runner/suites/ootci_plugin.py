@@ -148,16 +148,20 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--ootci-capabilities: unknown capability {unknown[0]!r} "
                                 f"(known: {', '.join(CAPABILITIES)})")
     module = config.getoption("ootci_import")
-    import_error = _import_backend(module) if module else None
     shard = config.getoption("ootci_shard")
     if shard:
         try:
             parse_shard(shard)
         except ValueError as exc:
             raise pytest.UsageError(f"--ootci-shard: {exc}")
-    state = _State(config, capabilities, import_error)
+    state = _State(config, capabilities, module)
     config.stash[_STATE] = state
     config.pluginmanager.register(state, "ootci-state")
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    # xdist sets `dist` from -n before any pytest_configure; "no" is -n 0 or no -n at all.
+    return not _is_worker(config) and getattr(config.option, "dist", "no") != "no"
 
 
 def _import_backend(module: str) -> str | None:
@@ -242,11 +246,14 @@ def _read_ids(path: str) -> set[str]:
 class _State:
     """Per-session state and the hooks that need it."""
 
-    def __init__(self, config: pytest.Config, capabilities: set[str], import_error: str | None = None):
+    def __init__(self, config: pytest.Config, capabilities: set[str], module: str | None = None):
         self.config = config
         self.capabilities = capabilities
-        self.import_error = import_error
-        """why the backend could not be imported: every test fails with it"""
+        self._module = module
+        self._import_error: str | None = None
+        if module and not _is_xdist_controller(config):
+            self._import_error = _import_backend(module)
+            self._module = None
         self.timeout = float(config.getoption("ootci_test_timeout") or 0)
         self.progress_dir = config.getoption("ootci_progress")
         self.junit = None
@@ -258,6 +265,20 @@ class _State:
         path = config.getoption("ootci_junit")
         if path and not _is_worker(config):
             self.junit = _StreamingJUnit(path, config.getoption("ootci_suite") or "pytest")
+
+    @property
+    def import_error(self) -> str | None:
+        """Why the backend could not be imported: every test fails with it.
+
+        A process that runs or forks tests imports torch and the backend in pytest_configure.
+        An xdist controller runs none and collects none: it needs the answer only to word a
+        worker's collection error, so it imports on that first need, not in every session
+        (about 2 s of CPU per integration run, before any worker starts).
+        """
+        if self._module:
+            self._import_error = _import_backend(self._module)
+            self._module = None
+        return self._import_error
 
     def close(self) -> None:
         if self.junit is not None:

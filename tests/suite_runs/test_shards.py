@@ -17,7 +17,7 @@ import pytest
 
 from ootci.runner.manifests import manifest
 from ootci.runner.records import record_files
-from ootci.runner.suite_runs import shards
+from ootci.runner.suite_runs import junit, shards
 from ootci.runner.history.merging import merge as history_merge
 from ootci.runner.models import Outcome, RootCause, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
@@ -414,3 +414,41 @@ def test_openreg_suites_in_three_shards_merged_equal_the_unsharded_run(torch_lay
     assert merged.test_ids_hash == unsharded.test_ids_hash
     assert merged.problems == unsharded.problems
     assert merged.command == unsharded.command
+
+
+def _pytest_under_xdist(tmp_path: Path, backend_source: str, test_source: str) -> tuple[list[str], Path]:
+    """pytest -n 2 with the plugin importing `fakebackend`, which writes down each process that
+    imports it; the lines written and the JUnit file."""
+    imported = tmp_path / "imported"
+    (tmp_path / "fakebackend.py").write_text(textwrap.dedent(f"""\
+        import os
+        with open({str(imported)!r}, "a") as f:
+            f.write(os.environ.get("PYTEST_XDIST_WORKER", "controller") + "\\n")
+        """) + backend_source)
+    (tmp_path / "check_import.py").write_text(test_source)
+    junit_file = tmp_path / "junit.xml"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "ootci_plugin", "-p", "no:cacheprovider", "-n", "2", "-q",
+         "check_import.py", "--ootci-import", "fakebackend", "--ootci-suite", "imports", "--ootci-junit", str(junit_file)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(SUITES_DIR), str(tmp_path)]), PYTHONDONTWRITEBYTECODE="1"))
+    assert done.returncode in (0, 1, 2), done.stdout + done.stderr
+    return sorted(imported.read_text().split()) if imported.exists() else [], junit_file
+
+
+def test_the_xdist_controller_does_not_import_the_backend(tmp_path):
+    """Each worker imports torch and the backend; the controller, which runs no test, does not
+    (about 2 s of CPU before the workers start, in every integration run)."""
+    imported, junit_file = _pytest_under_xdist(tmp_path, "", "def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    assert imported == ["gw0", "gw1"]
+    assert junit_file.read_text().count("<testcase ") == 2
+
+
+def test_under_xdist_a_collection_error_still_names_the_backends_import_error(tmp_path):
+    """When a worker cannot collect a module, the controller imports the backend then, to say why."""
+    imported, junit_file = _pytest_under_xdist(tmp_path, "raise RuntimeError('no device driver')\n",
+                                               "import fakebackend\n\ndef test_one():\n    pass\n")
+    assert set(imported) == {"controller", "gw0", "gw1"}  # the workers again, collecting the module
+    cases = [case for case in junit.parse(junit_file).cases if case.outcome is Outcome.error]
+    assert cases and all(case.message.startswith("--ootci-import: cannot import 'fakebackend': "
+                                                 "RuntimeError: no device driver (collecting: ") for case in cases), cases
