@@ -427,11 +427,13 @@ def _pytest_under_xdist(tmp_path: Path, backend_source: str, test_source: str) -
         """) + backend_source)
     (tmp_path / "check_import.py").write_text(test_source)
     junit_file = tmp_path / "junit.xml"
+    # Run under xdist itself, this test would hand its own worker's name to the inner controller.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "ootci_plugin", "-p", "no:cacheprovider", "-n", "2", "-q",
          "check_import.py", "--ootci-import", "fakebackend", "--ootci-suite", "imports", "--ootci-junit", str(junit_file)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(SUITES_DIR), str(tmp_path)]), PYTHONDONTWRITEBYTECODE="1"))
+        env=dict(env, PYTHONPATH=os.pathsep.join([str(SUITES_DIR), str(tmp_path)]), PYTHONDONTWRITEBYTECODE="1"))
     assert done.returncode in (0, 1, 2), done.stdout + done.stderr
     return sorted(imported.read_text().split()) if imported.exists() else [], junit_file
 
