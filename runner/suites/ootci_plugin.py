@@ -64,6 +64,8 @@ CAPABILITIES = (
 
 TAIL_CHARS = 4000
 MESSAGE_CHARS = 1000
+# The section of a worker's failed collection report that names the backend's import error.
+IMPORT_ERROR_SECTION = "ootci: the backend's import error"
 # A hang in native code gets this much longer than the Python-level limit before the
 # process is ended, so that a test stuck in Python is always reported by the alarm.
 NATIVE_GRACE_S = 2.0
@@ -249,11 +251,10 @@ class _State:
     def __init__(self, config: pytest.Config, capabilities: set[str], module: str | None = None):
         self.config = config
         self.capabilities = capabilities
-        self._module = module
-        self._import_error: str | None = None
-        if module and not _is_xdist_controller(config):
-            self._import_error = _import_backend(module)
-            self._module = None
+        # Why the backend could not be imported: every test fails with it. An xdist controller
+        # runs and collects no test, so it imports nothing (about 2 s of CPU per integration run
+        # before any worker starts); a worker's collection error brings the worker's reason.
+        self.import_error = _import_backend(module) if module and not _is_xdist_controller(config) else None
         self.timeout = float(config.getoption("ootci_test_timeout") or 0)
         self.progress_dir = config.getoption("ootci_progress")
         self.junit = None
@@ -265,20 +266,6 @@ class _State:
         path = config.getoption("ootci_junit")
         if path and not _is_worker(config):
             self.junit = _StreamingJUnit(path, config.getoption("ootci_suite") or "pytest")
-
-    @property
-    def import_error(self) -> str | None:
-        """Why the backend could not be imported: every test fails with it.
-
-        A process that runs or forks tests imports torch and the backend in pytest_configure.
-        An xdist controller runs none and collects none: it needs the answer only to word a
-        worker's collection error, so it imports on that first need, not in every session
-        (about 2 s of CPU per integration run, before any worker starts).
-        """
-        if self._module:
-            self._import_error = _import_backend(self._module)
-            self._module = None
-        return self._import_error
 
     def close(self) -> None:
         if self.junit is not None:
@@ -494,14 +481,24 @@ class _State:
         progress = self._progress(worker)
         return progress.get("nodeid") == nodeid and time.time() - progress.get("started", 0) >= self.timeout
 
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector):
+        report = (yield).get_result()
+        if report.failed and self.import_error and _is_worker(self.config):
+            # The controller writes the JUnit file and has not imported the backend: the
+            # report, serialized to it, carries the reason.
+            report.sections.append((IMPORT_ERROR_SECTION, self.import_error))
+
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if self.junit is None or report.passed:
             return
         forced = None
-        if self.import_error:
+        import_error = self.import_error or next(
+            (content for title, content in report.sections if title == IMPORT_ERROR_SECTION), None)
+        if import_error:
             # A test module importing the backend itself fails to collect, before any
             # runtest_setup could give the reason: the import error is the message.
-            forced = ("error", f"{self.import_error} (collecting: {_short_message(report)})")
+            forced = ("error", f"{import_error} (collecting: {_short_message(report)})")
         self.junit.write_case(report.nodeid or "(collection)", [report], forced=forced)
 
     @pytest.hookimpl(trylast=True)
@@ -653,7 +650,8 @@ class _StreamingJUnit:
             if tag:
                 parts.append(f"<{tag} type={_attr(outcome)} message={_attr(message)}>{escape(_clean(detail))}</{tag}>")
         # A later phase's report repeats the sections captured in the earlier ones.
-        sections = dict.fromkeys(section for r in reports for section in getattr(r, "sections", ()))
+        sections = dict.fromkeys(tuple(section) for r in reports for section in getattr(r, "sections", ())
+                                 if section[0] != IMPORT_ERROR_SECTION)  # already the message
         # pytest's failure text already carries the captured output; do not repeat it.
         output = "".join(f"--- {title} ---\n{content}\n" for title, content in sections if content not in detail)
         if output:
