@@ -54,7 +54,7 @@ def hostile_record():
 
 
 def follow(page, link):
-    """Click `link` and return once the page it opens has loaded. A click returns as soon as the
+    """Click `link` and return once the page it opens (or the anchor it scrolls to) has loaded. A click returns as soon as the
     navigation commits: `page.url` already names the new page while its rows may not be parsed
     yet (CI once read 0 rows of 97 on the "passed" page)."""
     target = link.evaluate("a => a.href")  # resolved and encoded as the browser will load it
@@ -207,7 +207,7 @@ def test_pr_page_shows_the_head_and_each_backend(page, base):
         f"https://github.com/pytorch/pytorch/commit/{synthetic.pr_head(100)}")
     assert head.locator("table.pr-runs tbody tr").count() == 2
     assert head.locator("ul.vs-nightly > li").count() == 2
-    head.locator("table.pr-runs tbody tr", has_text="ascend").locator("td.num a").click()
+    follow(page, head.locator("table.pr-runs tbody tr", has_text="ascend").locator("td.num a"))
     assert page.url.endswith(f"#{page.locator('ul.vs-nightly > li', has_text='ascend').get_attribute('id')}")
     shot(page, "pr", full_page=True)
 
