@@ -235,18 +235,24 @@ def test_tiny_suites_sharded_and_merged_equal_the_unsharded_run(tmp_path):
     assert again[0].run_id == merged.run_id and len(list((tmp_path / "merged").iterdir())) == 1
 
 
+def plugin_pytest_under_xdist(cwd: Path, *args: str, path: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """pytest -n 2 with ootci's plugin, in this interpreter (no torch: the plugin goes on without it)."""
+    # Run under xdist itself, a test would hand its own worker's name to the inner controller.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "ootci_plugin", "-p", "no:cacheprovider", "-n", "2", "-q", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=300,
+        env=dict(env, PYTHONPATH=os.pathsep.join([str(SUITES_DIR), *path]), PYTHONDONTWRITEBYTECODE="1"))
+
+
 def test_plugin_partitions_under_xdist_too(tmp_path):
     m = tiny_backend(tmp_path)
     suite = m.directory / "suite"
     seen = []
     for k in (1, 2, 3):
         junit_file = tmp_path / f"s{k}.xml"
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "ootci_plugin", "-p", "no:cacheprovider", "-n", "2", "-q",
-             str(suite / "check_many.py"), "--ootci-suite", "many", "--ootci-shard", f"{k}/3",
-             "--ootci-junit", str(junit_file)],
-            cwd=suite, capture_output=True, text=True, timeout=300,
-            env=dict(os.environ, PYTHONPATH=str(SUITES_DIR), PYTHONDONTWRITEBYTECODE="1"))
+        done = plugin_pytest_under_xdist(suite, str(suite / "check_many.py"), "--ootci-suite", "many",
+                                         "--ootci-shard", f"{k}/3", "--ootci-junit", str(junit_file))
         assert done.returncode in (0, 1), done.stdout + done.stderr
         ids = Path(f"{junit_file}.collected").read_text().split()
         seen += ids
@@ -427,13 +433,8 @@ def _pytest_under_xdist(tmp_path: Path, backend_source: str, test_source: str) -
         """) + backend_source)
     (tmp_path / "check_import.py").write_text(test_source)
     junit_file = tmp_path / "junit.xml"
-    # Run under xdist itself, this test would hand its own worker's name to the inner controller.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "ootci_plugin", "-p", "no:cacheprovider", "-n", "2", "-q",
-         "check_import.py", "--ootci-import", "fakebackend", "--ootci-suite", "imports", "--ootci-junit", str(junit_file)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env=dict(env, PYTHONPATH=os.pathsep.join([str(SUITES_DIR), str(tmp_path)]), PYTHONDONTWRITEBYTECODE="1"))
+    done = plugin_pytest_under_xdist(tmp_path, "check_import.py", "--ootci-import", "fakebackend",
+                                     "--ootci-suite", "imports", "--ootci-junit", str(junit_file), path=(str(tmp_path),))
     assert done.returncode in (0, 1, 2), done.stdout + done.stderr
     return sorted(imported.read_text().split()) if imported.exists() else [], junit_file
 
