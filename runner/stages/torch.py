@@ -26,7 +26,8 @@ def run(ctx: RunContext) -> StageResult:
         return StageResult(name=NAME, status=Status.failed, summary=exc.message, root_cause=exc.cause)
     if not plan.needs_install:
         python = ctx.python
-        info = _under_test(ctx, envs.torch_info(python))
+        # Read, not imported: whether this torch imports is the autoload stage's to say.
+        info = _under_test(ctx, envs.torch_found(python))
         ctx.record.torch = TorchInfo(spec=spec.raw, source=str(python), **info)
         return StageResult(name=NAME, status=Status.passed, summary=f"torch {info['version']} already in {python}",
                            data={"location": info["location"]})

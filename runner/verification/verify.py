@@ -324,7 +324,7 @@ def verify(
 
 def _ask_torch(python: Path) -> tuple[str | None, str | None]:
     try:
-        info = envs.torch_info(python, timeout=60)
+        info = envs.torch_found(python, timeout=60)
     except TargetEnvironmentError:
         return None, None
     return info["version"], info.get("git_version")

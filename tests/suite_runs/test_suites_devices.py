@@ -177,6 +177,23 @@ def test_a_backend_that_cannot_be_imported_fails_every_test_with_the_import_erro
 
 
 @pytest.mark.slow
+def test_a_torch_that_cannot_be_imported_is_named_and_its_import_error_is_the_root_cause(make_env, tmp_path):
+    """`ootci test` names the torch of --python from its version.py, without importing it: a torch
+    whose import fails is still named in the record, which says why the suite could not start
+    (before, `ootci test` stopped with "cannot import torch" and wrote no record)."""
+    env = make_env(name="broken-torch")
+    [site] = env.root.glob("lib/python3*/site-packages")
+    (site / "torch").mkdir()  # in front of the layer's torch, as a stray checkout or a bad wheel would be
+    (site / "torch" / "__init__.py").write_text("raise ImportError('this torch is broken on purpose')\n")
+    (site / "torch" / "version.py").write_text(f"__version__ = '2.99.0+broken'\ngit_version = '{'b' * 40}'\n")
+    done, record = ootci_test(env.python, CPU_PARTIAL, "smoke", tmp_path / "out")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (record.torch.version, record.torch.git_version) == ("2.99.0+broken", "b" * 40)
+    smoke = record.stage("smoke")
+    assert smoke.status is Status.failed and "ImportError: this torch is broken on purpose" in smoke.root_cause.summary
+
+
+@pytest.mark.slow
 def test_ootci_test_default_out_is_resolved_once_against_the_working_directory(torch_layer, tmp_path):
     """Without --out, `ootci test` writes out/test under the directory it was started in: the
     JUnit file and the record together, and nothing under the suite's own directory."""

@@ -204,6 +204,17 @@ def test_the_torch_an_install_left_is_read_without_importing_it(tmp_path):
                      "location": os.path.realpath(site / "torch")}
 
 
+def test_verify_names_the_torch_under_test_without_importing_it(tmp_path):
+    """`ootci verify --python` asks which torch it checks a build against the same way: a torch
+    whose import fails is still named (the plain_import check says why it fails)."""
+    from ootci.runner.verification import verify
+
+    python = _env_with_a_torch(tmp_path / "venv", {
+        "__init__.py": "raise ImportError('not imported for its name')\n",
+        "version.py": "__version__ = '2.14.0+cu130'\ngit_version = '" + "c" * 40 + "'\n"})
+    assert verify._ask_torch(python) == ("2.14.0+cu130", "c" * 40)
+
+
 def test_a_torch_without_a_readable_version_is_imported_after_all(tmp_path):
     """No __version__ in version.py (a package that only calls itself torch): torch_found falls back
     to importing it, as torch_info does, and says what the import says."""
