@@ -43,8 +43,9 @@ def cmd_torch(args: argparse.Namespace) -> int:
     plan = torch_acquire.plan(spec, dry_run=args.dry_run, index_url=source.index_url, python=args.python,
                               cache=cache_root(), jobs=source.jobs, torch_repo=source.torch_repo, log=args.log)
     if spec.kind == "installed" and not args.dry_run:
-        # Nothing to acquire: say which torch that environment has (exit 7 if none).
-        info = envs.torch_info(plan.source)
+        # Nothing to acquire: say which torch that environment has (exit 7 if none), read as the
+        # torch stage reads it for --torch installed, without importing it.
+        info = envs.torch_found(plan.source)
         plan.version, plan.commit = info["version"], info["git_version"]
     placed = None
     if args.out and not args.dry_run:

@@ -269,8 +269,8 @@ def torch_found(python: Path | str, *, timeout: float = 60) -> dict:
     """What torch_info says, read without importing torch: the package `import torch` would load
     (the import system's own search, .pth files included) and its torch/version.py.
 
-    Wherever ootci only needs to name a torch (the interpreter of `ootci test`, of `run --python`
-    and of `verify`, and the check that an install left the torch under test in place): an
+    Wherever ootci only needs to name a torch (the interpreter of `ootci test`, of `run --python`,
+    of `verify` and of `ootci torch installed`, and the check that an install left the torch under test in place): an
     interpreter without torch's second and a half of imports. Whether that torch imports is for
     the autoload stage or the suite to say. Where it cannot be read so (no version.py, one that
     fails), torch is imported after all.
