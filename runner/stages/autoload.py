@@ -14,12 +14,18 @@ from __future__ import annotations
 
 from ootci.runner.core.errors import TargetEnvironmentError
 from ootci.runner.models import RootCause, StageResult, Status
-from ootci.runner.verification.verify import DEFAULT_TIMEOUT, import_cost_runs, verify
+from ootci.runner.verification.verify import BLOCKING_CHECKS, DEFAULT_TIMEOUT, import_cost_runs, verify
 from ootci.runner.stages.base import RunContext
 
 NAME = "autoload"
-# Checks whose failure makes the suites meaningless.
-BLOCKING_CHECKS = ("plain_import", "device", "tensor", "build_torch")
+
+
+def judges_a_later_stage(ctx: RunContext) -> bool:
+    """Whether this run stops at a later stage than this one (a bisection step judging a suite or
+    the bench): it then needs only the checks that would block that stage. The others never
+    block a later stage (see above), and they cost two more interpreters importing torch and the
+    backend in every step. A step judging autoload itself, and every ordinary run, verify all."""
+    return ctx.options.last_stage is not None and ctx.options.last_stage != NAME
 
 
 def run(ctx: RunContext) -> StageResult:
@@ -30,7 +36,8 @@ def run(ctx: RunContext) -> StageResult:
         result = verify(ctx.python, ctx.manifest, timeout=timeout, runs=import_cost_runs(),
                         jobs=max(1, min(ctx.options.jobs or 2, 4)), log=ctx.log_path(NAME),
                         build_torch=ctx.build_torch,
-                        torch_under_test=(under_test.version, under_test.git_version) if under_test else None)
+                        torch_under_test=(under_test.version, under_test.git_version) if under_test else None,
+                        blocking_only=judges_a_later_stage(ctx))
     except TargetEnvironmentError as exc:  # no interpreter or no torch: nothing to probe
         cause = RootCause(kind="error", summary=exc.message, hint="the environment under test is not usable")
         return StageResult(name=NAME, status=Status.failed, summary=exc.message, root_cause=cause)

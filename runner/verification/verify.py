@@ -53,6 +53,9 @@ RUNS_VARIABLE = "OOTCI_IMPORT_COST_RUNS"
 PROBE_TAIL = 16 * 1024
 CHECK_ORDER = ["entry_point", "plain_import", "build_torch", "device", "tensor", "opt_out", "circular_import",
                "neighbours", "import_cost"]
+BLOCKING_CHECKS = ("plain_import", "device", "tensor", "build_torch")
+"""The checks whose failure makes the suites meaningless: all of them come from the plain-import
+probe (and build_torch from no probe at all). The others cost two more interpreters importing torch."""
 ABI_HINT = ("PyTorch's C++ ABI is not stable across releases: an extension built against another torch may load "
             "and still call the wrong functions (a virtual method added in a newer release shifts every later "
             "one); rebuild it against the torch under test")
@@ -72,7 +75,11 @@ class Verification(BaseModel):
     def summary(self) -> str:
         failed = [c for c in self.checks if not c.status.ok and c.status is not Status.blocked]
         if not failed:
-            return f"{len(self.checks)} checks passed" if self.checks else "nothing to verify"
+            if not self.checks:
+                return "nothing to verify"
+            skipped = sum(1 for c in self.checks if c.status is Status.skipped)
+            passed = len(self.checks) - skipped
+            return f"{passed} checks passed" + (f", {skipped} skipped" if skipped else "")
         return f"{failed[0].name} {failed[0].status.value}: {self.root_cause.summary if self.root_cause else failed[0].detail}"
 
 
@@ -287,8 +294,13 @@ def verify(
     log: Path | None = None,
     build_torch: BuildTorch | None = None,
     torch_under_test: tuple[str, str | None] | None = None,
+    blocking_only: bool = False,
 ) -> Verification:
     """Verify `manifest`'s backend, or every installed torch.backends entry point, at `python`.
+
+    blocking_only: run only the probe behind BLOCKING_CHECKS (a run that judges a later stage,
+    such as a bisection step, needs no more); opt_out, circular_import, neighbours and
+    import_cost are recorded as skipped, saying so.
 
     build_torch: the torch the backend was compiled against, when the caller knows it
     (the build stage); otherwise what the installed distribution's metadata records.
@@ -306,7 +318,7 @@ def verify(
                             detail="no torch.backends entry point is installed in this environment")
         return Verification(status=Status.skipped, python=str(runner.python), torch_version=inventory.get("torch_version"),
                             checks=[check], duration_s=time.monotonic() - started)
-    work = _Verifier(runner, inventory, targets, runs=max(1, runs), jobs=max(1, jobs))
+    work = _Verifier(runner, inventory, targets, runs=max(1, runs), jobs=max(1, jobs), blocking_only=blocking_only)
     checks = work.run()
     if build_torch is None:
         build_torch = next((b for b in map(_recorded_build_torch, targets) if b is not None), None)
@@ -386,8 +398,10 @@ def _timed(fn: Callable[[], CheckResult]) -> CheckResult:
 
 
 class _Verifier:
-    def __init__(self, runner: Runner, inventory: dict, targets: list[Target], *, runs: int, jobs: int):
+    def __init__(self, runner: Runner, inventory: dict, targets: list[Target], *, runs: int, jobs: int,
+                 blocking_only: bool = False):
         self.runner = runner
+        self.blocking_only = blocking_only
         self.inventory = inventory
         self.targets = targets
         self.many = len(targets) > 1
@@ -407,39 +421,59 @@ class _Verifier:
         # One worker more than cores: the first probes are three, and a third running
         # alongside the other two finishes them sooner than a core idling after two.
         with ThreadPoolExecutor(max_workers=self.jobs + 1) as pool:
-            learn = any(t.device is None for t in self.targets)
-            # The plain-import probe is the longest and matters most: start it first, unless
-            # the device names must first be learned from the entry points loaded alone.
-            on = None if learn else pool.submit(self._autoload_on)
-            off = {t.ep_name: pool.submit(self._autoload_off, t) for t in self.targets}
-            before = {t.ep_name: pool.submit(self.runner.probe, "imports.py", t.import_name, "torch") for t in self.targets}
-            if learn:
-                for t in self.targets:
-                    t.device = t.device or _learned_device(off[t.ep_name].result())
-                on = pool.submit(self._autoload_on)
-            on_run = on.result()
-            off_runs = {k: f.result() for k, f in off.items()}
-            checks: list[CheckResult] = [_timed(lambda: self._entry_point_check(t)) for t in self.targets]
-            plain = self._plain_import_check(on_run)
-            plain.duration_s = round(on_run.proc.duration_s, 3)
-            checks.append(plain)
-            for t in self.targets:
-                checks.append(self._device_check(t, on_run))
-                checks.append(self._tensor_check(t, on_run))
-            for t in self.targets:
-                checks.append(self._opt_out_check(t, off_runs[t.ep_name]))
-                checks[-1].duration_s = round(off_runs[t.ep_name].proc.duration_s, 3)
-                checks.append(self._circular_check(t, before[t.ep_name].result(), on_run))
-                checks[-1].duration_s = round(before[t.ep_name].result().proc.duration_s, 3)
-            checks.append(_timed(lambda: self._neighbours_check(pool, plain, off_runs)))
-            first_off = off_runs[self.targets[0].ep_name] if self.targets else None
-            checks.append(_timed(lambda: self._import_cost_check(pool, plain, on_run, first_off)))
+            checks = self._checks(pool)
         for check in checks:
             # A check whose probe never started says so, and blames nothing: the check that
             # hung carries the root cause.
             if check.status is Status.blocked and check.root_cause is not None and check.root_cause.kind == "blocked":
                 check.detail, check.root_cause = f"not run: {check.root_cause.summary}", None
         return checks
+
+    def _checks(self, pool: ThreadPoolExecutor) -> list[CheckResult]:
+        learn = any(t.device is None for t in self.targets)
+        # The plain-import probe is the longest and matters most: start it first, unless
+        # the device names must first be learned from the entry points loaded alone.
+        on = None if learn else pool.submit(self._autoload_on)
+        if self.blocking_only and not learn:
+            return [*self._entry_point_checks(), *self._blocking_checks(on.result()), *self._not_blocking()]
+        off = {t.ep_name: pool.submit(self._autoload_off, t) for t in self.targets}
+        before = {t.ep_name: pool.submit(self.runner.probe, "imports.py", t.import_name, "torch") for t in self.targets}
+        if learn:
+            for t in self.targets:
+                t.device = t.device or _learned_device(off[t.ep_name].result())
+            on = pool.submit(self._autoload_on)
+        on_run = on.result()
+        off_runs = {k: f.result() for k, f in off.items()}
+        checks = [*self._entry_point_checks(), *self._blocking_checks(on_run)]
+        plain = checks[len(self.targets)]
+        for t in self.targets:
+            checks.append(self._opt_out_check(t, off_runs[t.ep_name]))
+            checks[-1].duration_s = round(off_runs[t.ep_name].proc.duration_s, 3)
+            checks.append(self._circular_check(t, before[t.ep_name].result(), on_run))
+            checks[-1].duration_s = round(before[t.ep_name].result().proc.duration_s, 3)
+        checks.append(_timed(lambda: self._neighbours_check(pool, plain, off_runs)))
+        first_off = off_runs[self.targets[0].ep_name] if self.targets else None
+        checks.append(_timed(lambda: self._import_cost_check(pool, plain, on_run, first_off)))
+        return checks
+
+    def _entry_point_checks(self) -> list[CheckResult]:
+        return [_timed(lambda: self._entry_point_check(t)) for t in self.targets]
+
+    def _blocking_checks(self, on_run: Probe) -> list[CheckResult]:
+        """plain_import, then each target's device and tensor: what the plain-import probe says."""
+        plain = self._plain_import_check(on_run)
+        plain.duration_s = round(on_run.proc.duration_s, 3)
+        checks = [plain]
+        for t in self.targets:
+            checks.append(self._device_check(t, on_run))
+            checks.append(self._tensor_check(t, on_run))
+        return checks
+
+    def _not_blocking(self) -> list[CheckResult]:
+        """The checks blocking_only leaves out, each saying why."""
+        why = "not run: only the checks that block the later stages were asked for"
+        names = [t.key(base, self.many) for t in self.targets for base in ("opt_out", "circular_import")]
+        return [CheckResult(name=n, status=Status.skipped, detail=why) for n in [*names, "neighbours", "import_cost"]]
 
     def _autoload_on(self) -> Probe:
         modules = sorted({t.module for t in self.targets} | {t.import_name for t in self.targets})

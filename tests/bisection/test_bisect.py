@@ -91,7 +91,15 @@ def test_a_step_runs_only_the_stage_that_failed_and_only_the_tests_that_turned_r
         if step.verdict is not Verdict.skip:
             assert {t.id for t in run.tests} == turned, step
             assert (bisected["dir"] / step.log).is_file()
+            # Judging smoke, a step verifies only what would block it: one interpreter importing torch.
+            verified = {c.name: c.status for c in run.stage("autoload").checks}
+            assert {n for n, s in verified.items() if s is Status.skipped} == {"opt_out", "circular_import",
+                                                                                "neighbours", "import_cost"}, verified
+            assert all(verified[n] is Status.passed for n in ("plain_import", "build_torch", "device", "tensor"))
         assert step.duration_s > 0
+    # The ends are whole nightly runs: they verified everything.
+    for end in (good, bad):
+        assert all(c.status is Status.passed for c in end.stage("autoload").checks), end.stage("autoload").checks
 
 
 def test_the_dashboard_shows_the_bisection_next_to_the_culprit_range(bisected, tmp_path):

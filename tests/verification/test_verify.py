@@ -7,6 +7,7 @@ that environment.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,24 @@ def test_hook_defined_after_import_torch_is_a_circular_import(backend_env):
     assert hint.startswith("circular import: define the autoload hook") and "before the package's `import torch`" in hint
     assert hint.endswith("torch_circular/__init__.py:4 imports torch first)"), hint
     assert result.status is Status.failed and result.root_cause == circular.root_cause
+
+
+def test_blocking_only_runs_the_plain_import_probe_alone_and_says_what_it_left_out(backend_env, tmp_path):
+    """What a bisection step judging a suite asks for: the circular import above blocks no suite,
+    so it is not looked for, and the verification passes on the one probe that imports torch."""
+    log = tmp_path / "autoload.log"
+    result = run(backend_env("circular"), "circular", blocking_only=True, log=log)
+    by_name = checks(result)
+    assert list(by_name) == ["entry_point", "plain_import", "build_torch", "device", "tensor", "opt_out",
+                             "circular_import", "neighbours", "import_cost"]
+    # The fixture claims no dtypes (no tensor check) and records no build torch.
+    assert [n for n, c in by_name.items() if c.status is Status.passed] == ["entry_point", "plain_import", "device"]
+    left_out = {n: c for n, c in by_name.items() if n in ("opt_out", "circular_import", "neighbours", "import_cost")}
+    assert all(c.status is Status.skipped and c.detail.startswith("not run: ") for c in left_out.values())
+    assert result.status is Status.passed and result.root_cause is None
+    assert result.summary() == "3 checks passed, 6 skipped"
+    started = re.findall(r"^\$ .*?/probes/(\w+\.py)", log.read_text(), re.M)
+    assert sorted(started) == ["autoload_on.py", "entry_points.py"], started
 
 
 def test_hook_that_raises(backend_env):
