@@ -224,3 +224,23 @@ def test_a_torch_without_a_readable_version_is_imported_after_all(tmp_path):
                                                    "version.py": "git_version = '" + "f" * 40 + "'\n"})
     found = envs.torch_found(python)
     assert (found["version"], found["git_version"]) == ("0.0.1", "f" * 40)
+
+
+def test_a_layer_is_byte_compiled_but_the_test_suites_packages_ship(tmp_path, monkeypatch):
+    """What _build_layer leaves after pip's --no-compile install: byte-code for every module but the
+    shipped tests, written whatever PYTHONDONTWRITEBYTECODE says, and a layer that itself lives
+    under a directory named tests still compiled."""
+    from ootci.runner.torch_supply import envs
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = envs.create_venv(tmp_path / "tests" / "layer", with_pip=False)
+    sources = ["torch/__init__.py", "torch/testing/_internal/common.py", "sympy/core/tests/test_add.py",
+               "numpy/_core/tests/__init__.py", "tests/__init__.py", "py2/legacy.py"]
+    for name in sources:
+        (env.site_packages / name).parent.mkdir(parents=True, exist_ok=True)
+        (env.site_packages / name).write_text("print 'python 2'\n" if name.startswith("py2") else "X = 1\n")
+    done = envs.byte_compile(env, log=tmp_path / "log", timeout=120)
+    assert done.returncode == 1, done.output_tail  # the Python 2 file, left as pip leaves it
+    compiled = {str(pyc.parent.parent.relative_to(env.site_packages) / pyc.name.split(".")[0]) + ".py"
+                for pyc in env.site_packages.rglob("__pycache__/*.pyc")}
+    assert compiled == {"torch/__init__.py", "torch/testing/_internal/common.py"}
