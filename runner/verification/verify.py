@@ -300,7 +300,9 @@ def verify(
 
     blocking_only: run only the probe behind BLOCKING_CHECKS (a run that judges a later stage,
     such as a bisection step, needs no more); opt_out, circular_import, neighbours and
-    import_cost are recorded as skipped, saying so.
+    import_cost are recorded as skipped, saying so. Only where every device name is known (a
+    manifest gives it): otherwise the entry points are loaded alone to learn them, and every
+    check runs.
 
     build_torch: the torch the backend was compiled against, when the caller knows it
     (the build stage); otherwise what the installed distribution's metadata records.
