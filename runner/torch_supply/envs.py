@@ -157,7 +157,11 @@ def shipped_tests(site_packages: Path) -> str:
 
 def byte_compile(env: Env, *, log: Path | None, timeout: float) -> procs.ProcResult:
     """Byte-code for everything in env's site-packages but SHIPPED_TESTS, on every core. A file
-    that does not compile (a package's Python 2 leftovers) is left as it is, as pip leaves it."""
+    that does not compile (a package's Python 2 leftovers) is left as it is, as pip leaves it.
+
+    The result is logged and not judged: where the system cannot run a process pool, compileall
+    itself falls back to one process, and byte-code that is missing costs imports time, not
+    correctness."""
     return procs.run(procs.python_argv(env.python, "-m", "compileall", "-q", "-j", "0", "-x",
                                        shipped_tests(env.site_packages), os.fspath(env.site_packages)),
                      timeout=timeout, log=log)

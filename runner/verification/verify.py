@@ -56,6 +56,9 @@ CHECK_ORDER = ["entry_point", "plain_import", "build_torch", "device", "tensor",
 BLOCKING_CHECKS = ("plain_import", "device", "tensor", "build_torch")
 """The checks whose failure makes the suites meaningless: all of them come from the plain-import
 probe (and build_torch from no probe at all). The others cost two more interpreters importing torch."""
+PER_BACKEND_CHECKS = ("entry_point", "device", "tensor", "opt_out", "circular_import")
+"""The checks made once for each backend verified, named `check:entry_point` when there are several;
+the rest are made once for the environment."""
 ABI_HINT = ("PyTorch's C++ ABI is not stable across releases: an extension built against another torch may load "
             "and still call the wrong functions (a virtual method added in a newer release shifts every later "
             "one); rebuild it against the torch under test")
@@ -472,10 +475,13 @@ class _Verifier:
         return checks
 
     def _not_blocking(self) -> list[CheckResult]:
-        """The checks blocking_only leaves out, each saying why."""
+        """The checks blocking_only leaves out, each saying why: every check in CHECK_ORDER but the
+        entry points (read without importing torch) and BLOCKING_CHECKS."""
         why = "not run: only the checks that block the later stages were asked for"
-        names = [t.key(base, self.many) for t in self.targets for base in ("opt_out", "circular_import")]
-        return [CheckResult(name=n, status=Status.skipped, detail=why) for n in [*names, "neighbours", "import_cost"]]
+        left_out = [base for base in CHECK_ORDER if base != "entry_point" and base not in BLOCKING_CHECKS]
+        names = [name for base in left_out
+                 for name in ([t.key(base, self.many) for t in self.targets] if base in PER_BACKEND_CHECKS else [base])]
+        return [CheckResult(name=n, status=Status.skipped, detail=why) for n in names]
 
     def _autoload_on(self) -> Probe:
         modules = sorted({t.module for t in self.targets} | {t.import_name for t in self.targets})

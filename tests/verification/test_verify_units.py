@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ootci.runner.core import rootcause
-from ootci.runner.verification.verify import PROBES
+from ootci.runner.models import Status
+from ootci.runner.verification.verify import CHECK_ORDER, PROBES, Target, _Verifier
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -133,3 +134,17 @@ def test_import_cost_runs_come_from_the_environment_and_a_bad_value_is_one_line(
         assert result.stderr.strip() == (f"ootci: {RUNS_VARIABLE}='0': must be a whole number of at least 1 "
                                          "(timed imports for the import cost; default 5)"), result.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "b").exists()
+
+
+def test_blocking_only_skips_every_other_check_of_check_order_once_per_backend():
+    """The skipped checks come from CHECK_ORDER, not from a list of their own: a check added there
+    is skipped by name too, and one made per backend is named for each entry point."""
+    targets = [Target(ep_name=name, module=name, attr="autoload", import_name=name, device=name.removeprefix("torch_"),
+                      dtypes=[], tensors_required=False) for name in ("torch_a", "torch_b")]
+    verifier = _Verifier(None, {"entry_points": []}, targets, runs=1, jobs=1, blocking_only=True)
+    left_out = verifier._not_blocking()
+    assert [c.name for c in left_out] == ["opt_out:torch_a", "opt_out:torch_b", "circular_import:torch_a",
+                                          "circular_import:torch_b", "neighbours", "import_cost"]
+    assert all(c.status is Status.skipped and c.detail.startswith("not run: ") for c in left_out)
+    bases = {c.name.split(":", 1)[0] for c in left_out}
+    assert bases | {"entry_point", "plain_import", "build_torch", "device", "tensor"} == set(CHECK_ORDER)
