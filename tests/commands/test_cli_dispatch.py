@@ -67,3 +67,27 @@ def test_the_help_still_lists_every_command_and_each_command_parses_alone():
     assert ootci("history", "merge", "--help").returncode == 0
     bad = ootci("nope")
     assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr
+
+
+@pytest.mark.parametrize("argv, command, unknown", [
+    (["summary", "--runs", "out"], "ootci summary", "--runs"),
+    (["history", "merge", "--bogus", "a", "--into", "b"], "ootci history merge", "--bogus"),
+    (["dashboard", "--bogus"], "ootci dashboard", "--bogus"),
+    (["list", "extra", "words"], "ootci list", "extra words"),
+    (["--bogus"], "ootci", "--bogus"),
+])
+def test_an_unknown_word_is_refused_with_the_usage_of_the_command_it_was_given_to(argv, command, unknown):
+    # A user who guesses an option (`--runs` for summary's OUT) needs that command's options,
+    # not the top-level usage that lists only COMMAND.
+    bad = ootci(*argv)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith(f"usage: {command} ["), bad.stderr
+    assert bad.stderr.rstrip().endswith(f"\n{command}: error: unrecognized arguments: {unknown}"), bad.stderr
+
+
+def test_the_chosen_parser_is_the_innermost_command_given():
+    parser = cli.build_parser()
+    assert cli.chosen_parser(parser, parser.parse_args(["history", "merge", "a", "--into", "b"])).prog \
+        == "ootci history merge"
+    assert cli.chosen_parser(parser, parser.parse_args(["dashboard"])).prog == "ootci dashboard"
+    assert cli.chosen_parser(parser, argparse.Namespace()) is parser
