@@ -83,11 +83,11 @@ def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     """The parser of the innermost (sub)command args chose (`history merge`'s for `ootci history
     merge ...`), or parser itself where none was chosen."""
     while True:
-        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        chosen = getattr(args, subs[0].dest, None) if subs else None
-        if chosen not in (subs[0].choices if subs else {}):
+        subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = subs.choices.get(getattr(args, subs.dest, None)) if subs else None
+        if chosen is None:
             return parser
-        parser = subs[0].choices[chosen]
+        parser = chosen
 
 
 def main(argv: list[str] | None = None) -> int:
