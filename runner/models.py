@@ -56,10 +56,13 @@ class Outcome(str, Enum):
     crashed = "crashed"
     fixed = "fixed"
     """a known failure (the backend's baseline, `ootci expect`) that passed"""
+    upstream = "upstream"
+    """an upstream test that failed on the device and failed again on CPU: not the backend's"""
 
     @property
     def ok(self) -> bool:
-        return self in (Outcome.passed, Outcome.skipped, Outcome.xfailed, Outcome.flaky, Outcome.fixed)
+        return self in (Outcome.passed, Outcome.skipped, Outcome.xfailed, Outcome.flaky, Outcome.fixed,
+                        Outcome.upstream)
 
 
 class _Model(BaseModel):
@@ -212,10 +215,11 @@ class RunRecord(_Model):
 
     def novelty(self) -> dict[str, list[str]]:
         """The tests that did not pass, by what the morning needs to know: `new` (failed and
-        not expected: these make the run red), `known` (expected failures that failed again)
-        and `fixed` (known failures that passed). Without the test list (a pruned record, a
-        header), from notable_tests."""
-        found: dict[str, list[str]] = {"new": [], "known": [], "fixed": []}
+        not expected: these make the run red), `known` (expected failures that failed again),
+        `fixed` (known failures that passed) and `upstream` (failed on the device and on CPU
+        too: not the backend's). Without the test list (a pruned record, a header), from
+        notable_tests."""
+        found: dict[str, list[str]] = {"new": [], "known": [], "fixed": [], "upstream": []}
         outcomes = {t.id: t.outcome for t in self.tests} if self.tests else self.notable_tests
         for test_id, outcome in sorted(outcomes.items()):
             kind = NOVELTY.get(outcome)
@@ -229,11 +233,12 @@ class RunRecord(_Model):
 
 
 NOVELTY = {Outcome.failed: "new", Outcome.error: "new", Outcome.crashed: "new", Outcome.timeout: "new",
-           Outcome.xpassed: "new", Outcome.xfailed: "known", Outcome.fixed: "fixed"}
+           Outcome.xpassed: "new", Outcome.xfailed: "known", Outcome.fixed: "fixed", Outcome.upstream: "upstream"}
 """What a test's outcome says of its news (RunRecord.novelty)."""
 
-SUITES = ("smoke", "integration")
-"""ootci's own test suites, in the order they run: the one place their names are spelled."""
+SUITES = ("smoke", "integration", "upstream")
+"""The test suites and their stages, in the order they run: the one place their names are spelled.
+`upstream` (PyTorch's own test files) runs only for a manifest that names its files."""
 
 
 PYTORCH_VARIANT = re.compile(r"cpu|cu\d+|rocm\d+(?:\.\d+)*|xpu")
@@ -247,7 +252,8 @@ def variant_index(version: str) -> str | None:
 
 
 def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | list[str] = SUITES,
-                      shard: str | None = None, bench: bool | None = None, bench_only: tuple[str, ...] = ()) -> str:
+                      shard: str | None = None, bench: bool | None = None, bench_only: tuple[str, ...] = (),
+                      upstream_files: tuple[str, ...] = (), upstream_tests: str | None = None) -> str:
     """`ootci run ...` that tests the same backend against the same torch, on any machine.
 
     The torch is named as resolved, never as asked for: `nightly` becomes the version
@@ -276,6 +282,10 @@ def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | 
         argv += ["--suites", ",".join(named) or "none"]
     if bench_only:
         argv += ["--bench-only", ",".join(bench_only)]
+    if upstream_files:
+        argv += ["--upstream-files", ",".join(upstream_files)]
+    if upstream_tests:
+        argv += ["--upstream-tests", upstream_tests]
     if shard:
         argv += ["--shard", shard]
     return shlex.join(argv)

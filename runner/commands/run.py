@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ootci.runner.manifests import registry
 from ootci.runner.torch_supply import torch_acquire, torchspec
-from ootci.runner.commands import torch_options
+from ootci.runner.commands import torch_options, upstream_options
 from ootci.runner.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError, UsageError
 from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers, run_backend
 from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
@@ -28,10 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("out/runs"), help="directory for run records (default out/runs)")
     p.add_argument("--python", type=Path, help="use this existing environment under test instead of a fresh venv")
     p.add_argument("--suites", default=None,
-                   help="comma-separated stages that test: smoke, integration, bench, or none (default: smoke and "
-                        "integration, and bench where the manifest turns it on)")
+                   help="comma-separated stages that test: smoke, integration, upstream, bench, or none (default: "
+                        "smoke and integration, upstream where the manifest names its files, bench where it turns "
+                        "it on)")
     p.add_argument("--bench-only", metavar="NAME[,NAME...]",
                    help="the bench stage times only these measurements (e.g. add_tiny,matmul; default: every one)")
+    upstream_options.add_upstream(p)
     torch_options.add_torch_source(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run (the torch plan, the stages) and stop")
     p.add_argument("--trigger", default="manual", choices=["manual", "nightly", "pr"])
@@ -89,6 +91,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         shard_group = check_group(args.shard_group) if args.shard_group is not None else default_group()
     elif args.shard_group is not None:
         raise UsageError("--shard-group names the shards of one run: it needs --shard K/N")
+    upstream_files, upstream_tests = upstream_options.from_args(args)
     if args.out.exists() and not args.out.is_dir():
         raise OutputError(f"--out: {args.out} exists and is not a directory")
     # Absolute: stages run tools in other working directories.
@@ -96,7 +99,8 @@ def options_from(args: argparse.Namespace) -> RunOptions:
                       bench=bench_stage, bench_only=bench_only, trigger=args.trigger, pr=args.pr,
                       pr_head_sha=args.pr_head_sha or None,
                       relay_delivery_id=args.delivery_id or None, jobs=source.jobs, cache=source.cache,
-                      torch_repo=source.torch_repo, dry_run=args.dry_run, shard=shard, shard_group=shard_group)
+                      torch_repo=source.torch_repo, dry_run=args.dry_run, shard=shard, shard_group=shard_group,
+                      upstream_files=upstream_files, upstream_tests=upstream_tests)
 
 
 def preflight(options: RunOptions) -> torch_acquire.TorchPlan:

@@ -17,6 +17,8 @@ from ootci.runner.manifests import registry
 from ootci.runner.suite_runs import suite_runner
 from ootci.runner.core.errors import EXIT_FAILED, TargetEnvironmentError, UsageError
 from ootci.runner.models import RunRecord, Status, TorchInfo
+from ootci.runner.commands import upstream_options
+from ootci.runner.stages import upstream
 from ootci.runner.stages.base import RunContext, RunOptions
 
 
@@ -25,8 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", required=True, type=Path, help="interpreter of the environment under test")
     p.add_argument("--backend", required=True, help="registered backend name or path of a backend.toml")
     p.add_argument("--suite", required=True,
-                   help="smoke, integration (ootci's integration suite and the vendor suites), "
-                        "or the name of one vendor suite")
+                   help="smoke, integration (ootci's integration suite and the vendor suites), upstream "
+                        "(PyTorch's own test files), or the name of one vendor suite")
+    upstream_options.add_upstream(p)
+    p.add_argument("--torch-repo", help="with --suite upstream: the PyTorch repository to fetch test/ from "
+                                        "(default $OOTCI_TORCH_REPO or GitHub)")
     p.add_argument("--out", type=Path, default=Path("out/test"),
                    help="directory for junit/<suite>.xml, logs/ and record.json (default: out/test)")
     p.add_argument("--jobs", type=int, help="pytest-xdist workers for the integration suite (default: CPUs, at most 4)")
@@ -57,6 +62,12 @@ def cmd_test(args: argparse.Namespace) -> int:
         raise UsageError(f"--suite {args.suite!r}: not a suite of {manifest.name} (known: {known})")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+    upstream_files, upstream_tests = upstream_options.from_args(args)
+    if (upstream_files or upstream_tests) and args.suite != upstream.NAME:
+        raise UsageError(f"--upstream-files and --upstream-tests go with --suite {upstream.NAME}")
+    if args.suite == upstream.NAME and not upstream.wanted(manifest, RunOptions(upstream_files=upstream_files)):
+        raise UsageError(f"--suite {upstream.NAME}: {manifest.path} has no [suites.upstream] files: add them, "
+                         f"or name the files with --upstream-files")
     # For the record only: whether that torch imports, the suite says (it imports it first).
     info = envs.torch_found(python)
     now = dt.datetime.now(dt.timezone.utc)
@@ -68,7 +79,8 @@ def cmd_test(args: argparse.Namespace) -> int:
         command=" ".join(["ootci", "test", "--python", str(python), "--backend", args.backend, "--suite", args.suite]),
     )
     stage = args.suite if args.suite in suite_runner.SUITE_STAGES else "integration"
-    options = RunOptions(out=args.out, python=python, suites=(stage,), jobs=args.jobs)
+    options = RunOptions(out=args.out, python=python, suites=(stage,), jobs=args.jobs, torch_repo=args.torch_repo,
+                         upstream_files=upstream_files, upstream_tests=upstream_tests)
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = RunContext(manifest=manifest, options=options, record=record, run_dir=args.out,
                      cache=envs.cache_root(), reporter=_Reporter(args.verbose), stage_name=stage)
@@ -77,7 +89,10 @@ def cmd_test(args: argparse.Namespace) -> int:
         vendor = manifest.suites.vendor[vendor_names.index(args.suite)]
         root = suite_runner.vendor_root(ctx)
         specs = [suite_runner.vendor_suite(vendor, root, vendor_names.index(args.suite), manifest.path)]
-    result = suite_runner.run_stage(ctx, stage, specs)
+    if stage == upstream.NAME:
+        result = upstream.run(ctx)
+    else:
+        result = suite_runner.run_stage(ctx, stage, specs)
     record.stages.append(result)
     record.status = result.status
     record.finished_at = dt.datetime.now(dt.timezone.utc)

@@ -110,6 +110,18 @@ class GitHubError(OotciError):
     exit_code = 13
 
 
+class UpstreamTestsError(OotciError):
+    """PyTorch's test files for the upstream suite cannot be had: no commit or tag to take them
+    at, a fetch that failed, a file the folder does not have."""
+
+    exit_code = 14
+
+
+class UpstreamUnreachable(UpstreamTestsError):
+    """The torch repository could not be reached at all (no network): the upstream stage says it
+    did not run, and the backend's run is not red for it."""
+
+
 class TorchBuildError(OotciError):
     """A command of a source build of torch failed; `result` is its process, `cause` why it failed.
     Exit 1, as a run whose stage failed: the build is the torch stage of a run, and it failed."""
@@ -137,6 +149,7 @@ EXIT_CODES: dict[int, str] = {
     11: "a relay dispatch does not validate, or the relay refused a report (RelayError)",
     12: "the two ends cannot be bisected (BisectError)",
     13: "GitHub's REST API refused or could not be reached (GitHubError)",
+    14: "PyTorch's test files cannot be had (UpstreamTestsError; UpstreamUnreachable: no network to fetch them)",
     EXIT_INTERRUPTED: "interrupted (SIGINT or SIGTERM)",
 }
 """Every exit code of ootci, once. A code is shared by two classes only where the table says why."""

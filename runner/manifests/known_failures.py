@@ -31,9 +31,11 @@ from ootci.runner.core.errors import ManifestError
 
 DEFAULT_NAME = "known-failures.toml"
 REASON_CHARS = 240
-# FILE_OR_CLASS::NAME[PARAMS] on one line, as pytest and ootci's JUnit reader write ids;
-# no fnmatch wildcards outside the parameters (a pattern belongs in expected_failures).
-_TEST_ID = re.compile(r"^[^\s*?\[\]:][^\n*?\[]*::[^\n*?\[]+(\[[^\n]*\])?$")
+# FILE_OR_CLASS::NAME[PARAMS] on one line, as pytest and ootci's JUnit reader write ids, or the
+# id of a collection error: the path of the .py file that failed to collect
+# (`tests/test_autograd.py`), or ootci's `(collection)` for one outside any file; no fnmatch
+# wildcards outside the parameters (a pattern belongs in expected_failures).
+_TEST_ID = re.compile(r"^(?:[^\s*?\[\]:][^\n*?\[]*::[^\n*?\[]+(\[[^\n]*\])?|[^\s*?\[\]:][^\s*?\[\]:]*\.py|\(collection\))$")
 _SUITE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 HEADER = """\
@@ -76,8 +78,8 @@ def load(path: Path) -> Baseline:
         for test_id, entry in tests.items():
             if not is_test_id(test_id):
                 raise ManifestError(f"{path}: [{suite}] {test_id!r}: not a test id; entries name one test as "
-                                    f"FILE::TEST[PARAMS], as `ootci expect` writes them (patterns belong in the "
-                                    f"manifest's expected_failures)")
+                                    f"FILE::TEST[PARAMS] (or a FILE that failed to collect), as `ootci expect` "
+                                    f"writes them (patterns belong in the manifest's expected_failures)")
             try:
                 baseline.setdefault(suite, {})[test_id] = KnownFailure.model_validate(entry)
             except ValidationError as exc:
@@ -122,8 +124,9 @@ NOT_PASSING = ("failed", "error", "crashed", "timeout")
 
 def update(baseline: Baseline, tests, torch: str | None, *, prune: bool) -> tuple[Baseline, dict[str, int]]:
     """The baseline after a run's tests (runner.models.TestResult): every test that did not pass
-    and is not yet listed is added; with `prune`, a listed test that passed (fixed) or that its
-    suite no longer has is removed. Entries already listed keep what they said."""
+    and is not yet listed is added; with `prune`, a listed test that passed (fixed), that failed
+    on CPU too (upstream: not the backend's) or that its suite no longer has is removed. Entries
+    already listed keep what they said. Every id it adds is one `load` reads back."""
     new: Baseline = {suite: dict(entries) for suite, entries in baseline.items()}
     counts = {"added": 0, "removed": 0, "fixed": 0, "kept": 0}
     seen: dict[str, set[str]] = {}
@@ -131,6 +134,9 @@ def update(baseline: Baseline, tests, torch: str | None, *, prune: bool) -> tupl
         seen.setdefault(t.suite, set()).add(t.id)
         listed = new.get(t.suite, {}).get(t.id)
         if t.outcome.value in NOT_PASSING and listed is None:
+            if not is_test_id(t.id):
+                raise ManifestError(f"test id {t.id!r} of suite {t.suite!r} cannot be listed as a known failure "
+                                    f"(it has whitespace or a wildcard outside its parameters)")
             new.setdefault(t.suite, {})[t.id] = entry(t.outcome.value, t.message, torch)
             counts["added"] += 1
         elif t.outcome.value == "fixed":
@@ -138,6 +144,9 @@ def update(baseline: Baseline, tests, torch: str | None, *, prune: bool) -> tupl
             if prune:
                 del new[t.suite][t.id]
                 counts["removed"] += 1
+        elif t.outcome.value == "upstream" and listed is not None and prune:
+            del new[t.suite][t.id]
+            counts["removed"] += 1
     if prune:
         for suite, ids in seen.items():
             for test_id in sorted(set(new.get(suite, {})) - ids):

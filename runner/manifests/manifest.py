@@ -173,9 +173,45 @@ class VendorSuite(_Strict):
         return self
 
 
+UPSTREAM_REQUIREMENTS = ("expecttest", "hypothesis", "numpy", "psutil")
+"""What PyTorch's device-generic test files import besides torch and pytest (common_utils needs
+numpy and expecttest at its top; property tests need hypothesis; memory checks need psutil)."""
+
+_UPSTREAM_FILE = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9_][A-Za-z0-9_./-]*\.py$")
+
+
+class UpstreamSuite(_Strict):
+    """PyTorch's own device-generic test files, run on the device (the `upstream` suite)."""
+
+    files: list[str] = Field(min_length=1, description="paths under PyTorch's test/ folder, e.g. test_view_ops.py or "
+                             "nn/test_pooling.py: taken from the exact commit of the torch under test")
+    timeout: float = Field(default=600, gt=0, description="seconds one file may take on the device, its retries and "
+                           "its re-runs on CPU included")
+    requirements: list[str] = Field(
+        default_factory=lambda: list(UPSTREAM_REQUIREMENTS),
+        description="what the files import besides torch and pytest: installed into the environment under test, "
+        "torch pinned, before they run")
+    slow: bool = Field(default=False, description="run the tests PyTorch marks slow too (PYTORCH_TEST_WITH_SLOW=1)")
+
+    @field_validator("files")
+    @classmethod
+    def _paths(cls, files: list[str]) -> list[str]:
+        for index, name in enumerate(files):
+            if not _UPSTREAM_FILE.match(name):
+                raise ValueError(f"files[{index}] {name!r}: expected a relative path of a .py file under test/, "
+                                 f"such as 'test_view_ops.py' or 'nn/test_pooling.py'")
+        if len(set(files)) != len(files):
+            twice = next(f for f in files if files.count(f) > 1)
+            raise ValueError(f"{twice!r} is listed twice")
+        return files
+
+
 class Suites(_Strict):
     smoke: bool = True
     integration: bool = True
+    upstream: UpstreamSuite | None = Field(
+        default=None, description="PyTorch's own device-generic test files (`[suites.upstream] files = [...]`); "
+        "none when absent")
     bench: bool = Field(default=False, description="the `bench` stage: op and model timings on the device and on "
                         "CPU, recorded for regression tracking (off unless turned on here or by `--suites bench`)")
     vendor: list[VendorSuite] = Field(default_factory=list)
@@ -222,6 +258,8 @@ class Timeouts(_Strict):
     autoload: float = 300
     smoke: float = 900
     integration: float = 3600
+    upstream: float = 3600
+    """the whole upstream stage; each file also has its own limit ([suites.upstream] timeout)"""
     bench: float = 600
     test: float = Field(default=300, description="one test, before it counts as a hang")
 
@@ -414,8 +452,8 @@ def load(path: Path) -> Manifest:
                                 f"writes it)")
         manifest.known = known_failures.load(baseline)
         vendor = {v.name for v in manifest.suites.vendor}
-        unknown = sorted(set(manifest.known) - {"smoke", "integration", *vendor})
+        suites = ["smoke", "integration", *(["upstream"] if manifest.suites.upstream else []), *sorted(vendor)]
+        unknown = sorted(set(manifest.known) - set(suites))
         if unknown:
-            raise ManifestError(f"{baseline}: [{unknown[0]}]: no such suite in {path} (suites: smoke, integration"
-                                f"{''.join(', ' + v for v in sorted(vendor))})")
+            raise ManifestError(f"{baseline}: [{unknown[0]}]: no such suite in {path} (suites: {', '.join(suites)})")
     return manifest

@@ -34,7 +34,7 @@ PACKED_VERSION = 1
 _LETTER = {
     Outcome.passed: "p", Outcome.failed: "f", Outcome.error: "e", Outcome.skipped: "s",
     Outcome.xfailed: "x", Outcome.xpassed: "X", Outcome.flaky: "k", Outcome.timeout: "t",
-    Outcome.crashed: "c", Outcome.fixed: "F",
+    Outcome.crashed: "c", Outcome.fixed: "F", Outcome.upstream: "u",
 }
 _OUTCOME = {letter: outcome.value for outcome, letter in _LETTER.items()}
 _DETAILS = ("message", "log_tail", "attempts")

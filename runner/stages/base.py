@@ -17,7 +17,7 @@ from ootci.runner.core import procs
 from ootci.runner.core import rootcause
 from ootci.runner.torch_supply.envs import Env
 from ootci.runner.manifests.manifest import Manifest
-from ootci.runner.models import SUITES, RootCause, RunRecord, StageResult, Status
+from ootci.runner.models import SUITES, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
 from ootci.runner.torch_supply.torch_pin import TorchUnderTest
 from ootci.runner.torch_supply.wheel_metadata import BuildTorch
 
@@ -50,6 +50,15 @@ class RunOptions:
     """"K/N": the suite stages run only the tests of shard K of N (`ootci run --shard`)"""
     shard_group: str | None = None
     """the id the N shards of one run share, so that `ootci shards merge` finds them"""
+    upstream_files: tuple[str, ...] = ()
+    """the upstream suite runs only these files (paths under PyTorch's test/; empty: the manifest's)"""
+    upstream_tests: Path | None = None
+    """PyTorch's test/ folder to take the upstream files from, instead of fetching them at the torch's commit"""
+
+    def reproduce(self, backend: str, torch: TorchInfo) -> str:
+        """The command that runs this again, the torch named as given (later: as resolved)."""
+        return reproduce_command(backend, torch, self.suites, self.shard, self.bench, self.bench_only,
+                                 self.upstream_files, str(self.upstream_tests) if self.upstream_tests else None)
 
 
 @dataclass

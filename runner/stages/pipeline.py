@@ -30,7 +30,7 @@ from ootci.runner.manifests import registry
 from ootci.runner.torch_supply.envs import cache_root
 from ootci.runner.core.errors import OotciError
 from ootci.runner.manifests.manifest import Manifest
-from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo, overall_status, reproduce_command
+from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo, overall_status
 from ootci.runner.stages import STAGES, SUITE_STAGES, RunContext, RunOptions
 from ootci.runner.records.run_identity import ci_run_url, new_run_id
 
@@ -74,6 +74,8 @@ def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | No
         return None
     if stage not in options.suites:
         return "not selected (--suites)"
+    if stage == "upstream":
+        return None  # wanted only where the manifest names its files, or --upstream-files does
     if not getattr(manifest.suites, stage) and not (stage == "integration" and manifest.suites.vendor):
         return "switched off in the manifest ([suites])"  # vendor suites run in the integration stage
     return None
@@ -130,8 +132,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
         torch=torch, python=platform.python_version(),
         platform=f"{sys.platform}-{platform.machine()}", host=socket.gethostname(),
         ootci_version=__version__, started_at=started,
-        command=reproduce_command(ref, torch, options.suites, options.shard, options.bench,
-                                  options.bench_only),
+        command=options.reproduce(ref, torch),
         shard=options.shard, shard_group=options.shard_group if options.shard else None,
         ci_run_url=ci_run_url(),
     )
@@ -181,8 +182,7 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
                     skipper = result.summary
                 if name == "torch":
                     # From here on the record names the torch as resolved, not as asked for.
-                    record.command = reproduce_command(ref, record.torch, options.suites, options.shard,
-                                                        options.bench, options.bench_only)
+                    record.command = options.reproduce(ref, record.torch)
             record.stages.append(result)
             writer.write(record)
     finally:

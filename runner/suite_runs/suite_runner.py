@@ -74,10 +74,23 @@ class SuiteSpec:
     """Set when the suite cannot run at all (e.g. its path does not exist)."""
     requirements: list[str] = field(default_factory=list)
     """pip requirements its tests need, installed before it runs (a vendor suite's)"""
+    part: str = ""
+    """one of several runs that make up a suite (an upstream file): its raw files, and its
+    classified JUnit, go under raw/<name>/<part>/; the caller writes the suite's"""
+    env: dict[str, str] = field(default_factory=dict)
+    """environment of its pytest runs, besides the runner's"""
+    retries: int | None = None
+    """re-runs of a failing test (None: the manifest's `retries`)"""
+    expected: bool = True
+    """apply expected and known failures; False leaves each test's own outcome (after retries),
+    for a caller that classifies them itself"""
+    missing_module_hint: str = ""
+    """said after a ModuleNotFoundError in a test's message (where to list the package)"""
 
     @property
     def is_command(self) -> bool:
         return bool(self.command)
+
 
 
 def builtin_suite(name: str, *, workers: int = 0, extra_args: list[str] | None = None) -> SuiteSpec:
@@ -89,10 +102,13 @@ def builtin_suite(name: str, *, workers: int = 0, extra_args: list[str] | None =
 
 def vendor_suite(suite: VendorSuite, root: Path, index: int, manifest_path: Path | None = None) -> SuiteSpec:
     """A suite from the backend's own repository; `path` is relative to `root`."""
+    hint = f"list its package in `requirements` of [[suites.vendor]] {suite.name!r} in the manifest"
     if suite.command:
-        return SuiteSpec(name=suite.name, cwd=root, command=list(suite.command), requirements=list(suite.requirements))
+        return SuiteSpec(name=suite.name, cwd=root, command=list(suite.command), requirements=list(suite.requirements),
+                         missing_module_hint=hint)
     target = (root / suite.path).resolve()
-    spec = SuiteSpec(name=suite.name, cwd=root, pytest_args=[str(target)], requirements=list(suite.requirements))
+    spec = SuiteSpec(name=suite.name, cwd=root, pytest_args=[str(target)], requirements=list(suite.requirements),
+                     missing_module_hint=hint)
     if not target.exists():
         where = f"{manifest_path}: " if manifest_path else ""
         spec.problem = f"{where}suites.vendor[{index}].path {suite.path!r}: {target} does not exist"
@@ -165,17 +181,17 @@ class SuiteRunner:
         if spec.problem:
             return SuiteRun(spec.name, Status.failed, problems=[spec.problem], summary=spec.problem,
                             root_cause=RootCause(kind="missing", summary=spec.problem))
-        raw_dir = self.junit_dir / "raw" / spec.name
+        raw_dir = self.junit_dir / "raw" / spec.name / spec.part if spec.part else self.junit_dir / "raw" / spec.name
         shutil.rmtree(raw_dir, ignore_errors=True)
         raw_dir.mkdir(parents=True)
         retries = None
         if spec.is_command:
             first = self._run_command(spec, raw_dir)
-            results = self._classify(spec.name, first.cases, {}, {})
+            results = self._classify(spec, first.cases, {}, {})
         else:
             first = self._attempt(spec, raw_dir, attempt=1, only=only)
             results, retries = self._with_retries(spec, raw_dir, first, time.monotonic() - start)
-        out = self.junit_dir / f"{spec.name}.xml"
+        out = raw_dir / "classified.xml" if spec.part else self.junit_dir / f"{spec.name}.xml"
         junit.write(out, spec.name, results)
         run = SuiteRun(spec.name, Status.passed, results, list(first.problems), out,
                        duration_s=time.monotonic() - start, retries=retries)
@@ -194,13 +210,14 @@ class SuiteRunner:
         failing = sorted((i for i, c in cases.items() if self._retriable(spec.name, c)),
                          key=lambda i: cases[i].outcome in _EXPENSIVE)
         if not failing:
-            return self._classify(spec.name, cases, attempts, first_failure), None
+            return self._classify(spec, cases, attempts, first_failure), None
         budget = max(RETRY_FLOOR_S, RETRY_SHARE * first_s)
         spent = 0.0
         rerun: set[str] = set()
         deterministic: set[str] = set()
         left_out: set[str] = set()
-        for attempt in range(2, self.manifest.retries + 2):
+        retries = self.manifest.retries if spec.retries is None else spec.retries
+        for attempt in range(2, retries + 2):
             if not failing or first.suite_timed_out or self._remaining() <= 1:
                 break
             if budget - spent <= 1:
@@ -234,14 +251,15 @@ class SuiteRunner:
         left_out -= rerun
         summary = {"rerun": len(rerun), "deterministic": len(deterministic), "left_out_by_budget": len(left_out),
                    "spent_s": round(spent, 1), "budget_s": round(budget, 1)}
-        return self._classify(spec.name, cases, attempts, first_failure), summary
+        return self._classify(spec, cases, attempts, first_failure), summary
 
     def _retriable(self, suite: str, case: JUnitCase) -> bool:
         return (case.outcome in classify.NOT_PASSING
                 and classify.expected_failure(self.manifest, suite, case.id, self.torch_version) is None)
 
-    def _classify(self, suite: str, cases: dict[str, JUnitCase], attempts: dict[str, int],
+    def _classify(self, spec: SuiteSpec, cases: dict[str, JUnitCase], attempts: dict[str, int],
                   first_failure: dict[str, JUnitCase]) -> list[TestResult]:
+        suite = spec.name
         results = []
         for test_id, case in cases.items():
             result = case.to_result(suite, attempts=attempts.get(test_id, 1))
@@ -252,17 +270,14 @@ class SuiteRunner:
                     "message": f"passed on attempt {result.attempts} after it {earlier.outcome.value}: {earlier.message}",
                     "log_tail": earlier.to_result(suite).log_tail,
                 })
-            if suite in self._vendor_suites and _MISSING_MODULE.search(result.message or ""):
+            if spec.missing_module_hint and _MISSING_MODULE.search(result.message or ""):
                 result = result.model_copy(update={"message": f"{result.message} (a module the suite's tests need: "
-                                                   f"list its package in `requirements` of [[suites.vendor]] "
-                                                   f"{suite!r} in the manifest)"})
-            entry = classify.expected_failure(self.manifest, suite, test_id, self.torch_version)
-            results.append(classify.apply_expected(result, entry))
+                                                   f"{spec.missing_module_hint})"})
+            if spec.expected:
+                result = classify.apply_expected(result, classify.expected_failure(self.manifest, suite, test_id,
+                                                                                   self.torch_version))
+            results.append(result)
         return results
-
-    @property
-    def _vendor_suites(self) -> set[str]:
-        return {v.name for v in self.manifest.suites.vendor}
 
     def _judge(self, run: SuiteRun, first: _Attempt) -> None:
         counts = run.counts
@@ -290,8 +305,10 @@ class SuiteRunner:
 
     # -- one attempt of a pytest suite, resumed after crashes ---------------------------
 
-    def _env(self) -> dict[str, str]:
+    def _env(self, spec: SuiteSpec | None = None) -> dict[str, str]:
         env = dict(self.base_env)
+        if spec is not None:
+            env.update(spec.env)
         # The plugin, and the probes' _probe module it shares (the source-tree check).
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SUITES_DIR), str(PROBES_DIR), env.get("PYTHONPATH", ""))
                                             if p)
@@ -363,7 +380,7 @@ class SuiteRunner:
             by_budget = budget_end is not None and budget_end - time.monotonic() < limit
             if by_budget:
                 limit = max(0.0, budget_end - time.monotonic())
-            proc = procs.run(argv, timeout=limit, log=self.log, env=procs.target_env(self._env()),
+            proc = procs.run(argv, timeout=limit, log=self.log, env=procs.target_env(self._env(spec)),
                              cwd=spec.cwd, on_line=self.on_line)
             ended_at = time.time()
             parsed = junit.parse(xml)
@@ -440,7 +457,7 @@ class SuiteRunner:
         """A vendor's command, run once: its JUnit file is all there is to read."""
         result = _Attempt()
         xml = raw_dir / "command.xml"
-        env = self._env()
+        env = self._env(spec)
         env.update(OOTCI_JUNIT=str(xml), OOTCI_PYTHON=str(self.python),
                    OOTCI_CAPABILITIES=",".join(c.value for c in self.manifest.capabilities),
                    OOTCI_DTYPES=",".join(self.manifest.dtypes))

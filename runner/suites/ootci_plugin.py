@@ -106,6 +106,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only the tests of shard K of N (a stable hash of suite and node id)")
     group.addoption("--ootci-fork", type=int, default=0, metavar="N",
                     help="run the tests in N forked children, each crash costing a fork (0: in this process)")
+    group.addoption("--ootci-device-type-ids", default="", metavar="DEVICE",
+                    help="write the ids of PyTorch's device-type tests without the instantiation's class suffix, "
+                         "naming DEVICE in the method (device_type_ids.py); selections and shards use these ids")
+    group.addoption("--ootci-cpu-twins", action="store_true",
+                    help="with --ootci-device-type-ids: the tests are instantiated for the CPU too, and each CPU "
+                         "copy is reported under its device twin's id, marked @cpu")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -159,6 +165,16 @@ def pytest_configure(config: pytest.Config) -> None:
     state = _State(config, capabilities, module)
     config.stash[_STATE] = state
     config.pluginmanager.register(state, "ootci-state")
+
+
+def _test_ids(config: pytest.Config):
+    """The id a test is known by: its node id, or the stable id of a device-type test."""
+    device = config.getoption("ootci_device_type_ids")
+    if not device:
+        return lambda nodeid: nodeid
+    from device_type_ids import DeviceTypeIds  # beside this file, on PYTHONPATH
+
+    return DeviceTypeIds(device, cpu_twins=bool(config.getoption("ootci_cpu_twins")))
 
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
@@ -263,6 +279,8 @@ class _State:
         # The stderr the session started with: faulthandler writes there even while
         # pytest captures fd 2 for a test.
         self.stderr_fd = os.dup(2)
+        self.ids = _test_ids(config)
+        """node id -> the id the runner knows the test by (mapped once, where pytest's ids come in)"""
         path = config.getoption("ootci_junit")
         if path and not _is_worker(config):
             self.junit = _StreamingJUnit(path, config.getoption("ootci_suite") or "pytest")
@@ -287,8 +305,9 @@ class _State:
         if only or exclude or n > 1:
             kept, dropped = [], []
             for item in items:
-                wanted = ((not only or item.nodeid in only) and item.nodeid not in exclude
-                          and (n == 1 or shard_of(suite, item.nodeid, n) == k))
+                test_id = self.ids(item.nodeid)
+                wanted = ((not only or test_id in only) and test_id not in exclude
+                          and (n == 1 or shard_of(suite, test_id, n) == k))
                 (kept if wanted else dropped).append(item)
             if dropped:
                 config.hook.pytest_deselected(items=dropped)
@@ -301,14 +320,14 @@ class _State:
                     if name not in self.capabilities:
                         item.add_marker(pytest.mark.skip(reason=f"capability '{name}' not claimed"))
         if self.junit is not None:
-            self.junit.write_collected([item.nodeid for item in items])
+            self.junit.write_collected([self.ids(item.nodeid) for item in items])
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         # Under xdist the controller collects nothing itself; every worker collects
         # the same ids (after its own selection), so the first report is the list.
         if self.junit is not None and not self.junit.collected_written:
-            self.junit.write_collected(list(ids))
+            self.junit.write_collected([self.ids(nodeid) for nodeid in ids])
 
     # -- crash isolation by fork ---------------------------------------------------------
 
@@ -365,7 +384,7 @@ class _State:
         worker = f"fork{k}"
         progress = self._progress(worker)
         nodeid = progress.get("nodeid")
-        positions = {items[i].nodeid: pos for pos, i in enumerate(queue)}
+        positions = {self.ids(items[i].nodeid): pos for pos, i in enumerate(queue)}
         if nodeid not in positions:
             return []  # it died outside any test: the rest is reported as never run
         if os.WIFSIGNALED(status):
@@ -400,8 +419,9 @@ class _State:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
-        self._write_progress(item.nodeid)
-        armed = self._arm(item.nodeid)
+        test_id = self.ids(item.nodeid)
+        self._write_progress(test_id)
+        armed = self._arm(test_id)
         try:
             yield
         finally:
@@ -464,16 +484,17 @@ class _State:
         if crash:
             reports = self.pending.pop(report.nodeid, [])
             worker = crash.group("worker")
-            if self._worker_timed_out(worker, report.nodeid):
+            test_id = self.ids(report.nodeid)
+            if self._worker_timed_out(worker, test_id):
                 message = (f"test exceeded its {self.timeout:g} s time limit in code that never returned to "
                            f"Python; faulthandler ended worker {worker!r}")
-                self.junit.write_case(report.nodeid, reports + [report], forced=("timeout", message))
+                self.junit.write_case(test_id, reports + [report], forced=("timeout", message))
             else:
-                self.junit.write_case(report.nodeid, reports + [report], forced=("crashed", None))
+                self.junit.write_case(test_id, reports + [report], forced=("crashed", None))
             return
         self.pending.setdefault(report.nodeid, []).append(report)
         if report.when == "teardown":
-            self.junit.write_case(report.nodeid, self.pending.pop(report.nodeid))
+            self.junit.write_case(self.ids(report.nodeid), self.pending.pop(report.nodeid))
 
     def _worker_timed_out(self, worker: str, nodeid: str) -> bool:
         if not self.progress_dir or self.timeout <= 0:
@@ -499,14 +520,14 @@ class _State:
             # A test module importing the backend itself fails to collect, before any
             # runtest_setup could give the reason: the import error is the message.
             forced = ("error", f"{import_error} (collecting: {_short_message(report)})")
-        self.junit.write_case(report.nodeid or "(collection)", [report], forced=forced)
+        self.junit.write_case(self.ids(report.nodeid) or "(collection)", [report], forced=forced)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.junit is not None:
             # Tests whose teardown never reported (an interrupted session) still count.
             for nodeid, reports in list(self.pending.items()):
-                self.junit.write_case(nodeid, reports)
+                self.junit.write_case(self.ids(nodeid), reports)
             self.pending.clear()
             self.junit.finish(int(exitstatus))
 
@@ -623,7 +644,8 @@ class _StreamingJUnit:
         self.collected_written = True
 
     def write_case(self, nodeid: str, reports: list, forced: tuple[str, str | None] | None = None) -> None:
-        """forced: (outcome, message) decided by the caller, e.g. for a crashed xdist worker."""
+        """nodeid: the test's id as the runner knows it; forced: (outcome, message) decided by the
+        caller, e.g. for a crashed xdist worker."""
         outcome, deciding = _outcome(reports)
         if forced:
             outcome, deciding = forced[0], reports[-1]

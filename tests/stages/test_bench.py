@@ -44,7 +44,7 @@ def test_the_reproduce_command_names_bench_only_when_suites_did():
     torch = TorchInfo(spec="2.13.0", version="2.13.0")
     assert reproduce_command("openreg", torch) == "ootci run openreg --torch 2.13.0"
     assert reproduce_command("openreg", torch, bench=True) == \
-        "ootci run openreg --torch 2.13.0 --suites smoke,integration,bench"
+        "ootci run openreg --torch 2.13.0 --suites smoke,integration,upstream,bench"
     assert reproduce_command("openreg", torch, ("smoke",)) == "ootci run openreg --torch 2.13.0 --suites smoke"
     assert reproduce_command("openreg", torch, (), bench=False) == "ootci run openreg --torch 2.13.0 --suites none"
     assert reproduce_command("openreg", torch, (), bench=True) == "ootci run openreg --torch 2.13.0 --suites bench"
@@ -83,7 +83,7 @@ def test_dry_run_says_bench_is_off_and_how_to_turn_it_on(tmp_path):
         default = ootci("run", "openreg", "--torch", "2.13.0", "--dry-run", "--suites", suites, "--out", str(tmp_path))
         assert "  bench        off (" in default.stdout
     bad = ootci("run", "openreg", "--torch", "2.13.0", "--dry-run", "--suites", "benchmark", "--out", str(tmp_path))
-    assert bad.returncode == 2 and "--suites: unknown suite 'benchmark' (known: smoke, integration, bench)" in bad.stderr
+    assert bad.returncode == 2 and "--suites: unknown suite 'benchmark' (known: smoke, integration, upstream, bench)" in bad.stderr
 
 
 def probe_with(torch_layer, tmp_path: Path, monkeypatch, sitecustomize: str, *args: str):

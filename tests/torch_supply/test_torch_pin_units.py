@@ -22,7 +22,7 @@ from ootci.runner.suite_runs import classify
 from ootci.runner.torch_supply import torch_pin, wheel_metadata
 from ootci.runner.commands.registry import left_out, matrix_entries
 from ootci.runner.manifests.manifest import ExpectedFailure
-from ootci.runner.models import Outcome, TorchInfo, reproduce_command
+from ootci.runner.models import SUITES, Outcome, TorchInfo, reproduce_command
 from ootci.runner.models import TestResult as Result
 from ootci.runner.manifests.registry import resolve
 
@@ -143,26 +143,26 @@ def test_a_bad_torch_specifier_is_refused():
 
 @pytest.mark.parametrize("torch, suites, expected", [
     (TorchInfo(spec="nightly", version="2.16.0.dev20261122+cpu", dist_version="2.16.0.dev20261122+cpu",
-               index_url="https://download.pytorch.org/whl/nightly/cpu"), ("smoke", "integration"),
+               index_url="https://download.pytorch.org/whl/nightly/cpu"), SUITES,
      "ootci run openreg --torch 2.16.0.dev20261122+cpu --index-url https://download.pytorch.org/whl/nightly/cpu"),
     (TorchInfo(spec="/tmp/runner/torch-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl", version="2.14.0+cu130",
                dist_version="2.14.0"), ("smoke",), "ootci run openreg --torch 2.14.0 --suites smoke"),
     (TorchInfo(spec="/tmp/w/torch-2.16.0a0+git0123abc-cp311-cp311-linux_x86_64.whl", version="2.16.0a0+git0123abc",
                git_version="0123abc" + "0" * 33, dist_version="2.16.0a0+git0123abc"), (),
      f"ootci run openreg --torch git:0123abc{'0' * 33} --suites none"),
-    (TorchInfo(spec="pr:12345", version="2.16.0a0+gitfeed", git_version="feed" * 10), ("smoke", "integration"),
+    (TorchInfo(spec="pr:12345", version="2.16.0a0+gitfeed", git_version="feed" * 10), SUITES,
      f"ootci run openreg --torch git:{'feed' * 10}"),
-    (TorchInfo(spec="installed", source="/home/me/venv/bin/python", version="2.13.0+cpu"), ("smoke", "integration"),
+    (TorchInfo(spec="installed", source="/home/me/venv/bin/python", version="2.13.0+cpu"), SUITES,
      "ootci run openreg --python /home/me/venv/bin/python"),
-    (TorchInfo(spec="nightly"), ("smoke", "integration"), "ootci run openreg --torch nightly"),
+    (TorchInfo(spec="nightly"), SUITES, "ootci run openreg --torch nightly"),
     # A release's CPU build from this machine's wheel directory: elsewhere it is on PyTorch's CPU index.
     (TorchInfo(spec="2.13.0", version="2.13.0+cpu", dist_version="2.13.0+cpu", source="torch==2.13.0"),
-     ("smoke", "integration"), "ootci run openreg --torch 2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu"),
+     SUITES, "ootci run openreg --torch 2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu"),
     (TorchInfo(spec="2.14.0", version="2.14.0+cu130", dist_version="2.14.0+cu130"), ("smoke",),
      "ootci run openreg --torch 2.14.0+cu130 --index-url https://download.pytorch.org/whl/cu130 --suites smoke"),
-    (TorchInfo(spec="2.14.0", version="2.14.0+rocm6.4", dist_version="2.14.0+rocm6.4"), ("smoke", "integration"),
+    (TorchInfo(spec="2.14.0", version="2.14.0+rocm6.4", dist_version="2.14.0+rocm6.4"), SUITES,
      "ootci run openreg --torch 2.14.0+rocm6.4 --index-url https://download.pytorch.org/whl/rocm6.4"),
-    (TorchInfo(spec="2.14.0", version="2.14.0+mybuild", dist_version="2.14.0+mybuild"), ("smoke", "integration"),
+    (TorchInfo(spec="2.14.0", version="2.14.0+mybuild", dist_version="2.14.0+mybuild"), SUITES,
      "ootci run openreg --torch 2.14.0+mybuild"),  # no index known for a local build
 ])
 def test_reproduce_command_names_the_torch_as_resolved(torch, suites, expected):

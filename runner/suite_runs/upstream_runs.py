@@ -1,0 +1,243 @@
+"""PyTorch's own test files on the device: one pytest process per file, then one process for the
+second opinion on every failure.
+
+Each file runs as PyTorch's runner would run it for the vendor's device: in a process of its
+own, from a folder with no `torch/` in it, the device chosen by PyTorch's own mechanism
+(`PYTORCH_TESTING_DEVICE_ONLY_FOR`), no disabled-tests or slow-tests file from anywhere, and
+slow tests off unless the manifest asks for them. It goes through the same runner as every
+suite (ootci_plugin: streamed JUnit, per-test time limits, crash isolation, shards), with ids
+made stable (runner/suites/device_type_ids.py) and dtypes the backend does not claim skipped
+(runner/suites/ootci_upstream.py). Each file has its own time limit on the device
+(`[suites.upstream] timeout`); tests a file did not reach in it are skipped, saying so, so that
+the test that took the time is the failure.
+
+The second opinion: every test that failed on the device (failed, error, crashed, timed out)
+runs once more, in one process for all files that instantiates the tests for the device and for
+the CPU at once: the device's re-run tells flaky from failing (the retry every suite gets, here
+at most one), and the same test and dtype on CPU says whose failure it is. One that fails on CPU
+too is `upstream`: not the backend's, shown apart, and never its failure or regression (numpy 2
+has no `np.msort`; a file of another commit expects another exception). A file that did not
+collect on the device is collected once more on CPU alone. Only then are the manifest's
+expected failures and the known-failures baseline applied, to what is left of the backend's.
+One process for all the second opinions, instead of a re-run and a CPU run per file, is what
+keeps the stage near the time of plain pytest on the same files (bench/upstream_speed.py).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from ootci.runner.manifests.manifest import Manifest, UpstreamSuite
+from ootci.runner.models import Outcome, RootCause, Status, TestResult
+from ootci.runner.records.upstream_files import SUITE, file_of
+from ootci.runner.suite_runs import classify, junit
+from ootci.runner.suite_runs.suite_runner import SUITES_DIR, SuiteRun, SuiteRunner, SuiteSpec, first_failing_test
+CPU_TWIN = "@cpu"
+"""how the second opinion names a test's CPU copy (runner/suites/device_type_ids.py)"""
+
+INI = SUITES_DIR / "upstream" / "pytest.ini"
+PLUGIN = "ootci_upstream"
+CPU = "cpu"
+MISSING_MODULE_HINT = "list its package in `requirements` of [suites.upstream] in the manifest"
+NOT_REACHED = "not run: the suite process stopped before reaching it"
+# Before 2.5, PYTORCH_TESTING_DEVICE_ONLY_FOR knew a PrivateUse1 backend only as `privateuse1`
+# (pytorch#133082 taught it the backend's own name).
+NAMED_SELECTION_SINCE = Version("2.5")
+
+
+def device_selection(device: str, torch_version: str | None) -> str:
+    """What PYTORCH_TESTING_DEVICE_ONLY_FOR must say to pick the backend's tests on this torch."""
+    try:
+        old = Version(torch_version or "").release < NAMED_SELECTION_SINCE.release
+    except InvalidVersion:
+        old = False
+    return "privateuse1" if old else device
+
+
+def environment(selection: str, suite: UpstreamSuite) -> dict[str, str]:
+    """The variables PyTorch's test files read, set for this run and nothing inherited."""
+    return {
+        "PYTORCH_TESTING_DEVICE_ONLY_FOR": selection,
+        "PYTORCH_TESTING_DEVICE_EXCEPT_FOR": "",
+        "PYTORCH_TESTING_DEVICE_FOR_CUSTOM": "",
+        "TORCH_TEST_DEVICES": "",
+        # A baseline replaces PyTorch's lists: neither file is read, from anywhere.
+        "DISABLED_TESTS_FILE": "",
+        "SLOW_TESTS_FILE": "",
+        "PYTORCH_TEST_WITH_SLOW": "1" if suite.slow else "0",
+        "PYTORCH_TEST_SKIP_FAST": "0",
+        # ootci's own reproduce command names the test; PyTorch's repro line names the unstable class.
+        "PYTORCH_PRINT_REPRO_ON_FAILURE": "0",
+    }
+
+
+def part_name(file: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", file)
+
+
+def spec(test_dir: Path, files: list[str], *, device: str, cwd: Path, env: dict[str, str], workers: int,
+         part: str, cpu_twins: bool = False) -> SuiteSpec:
+    """A pytest run of some upstream files (paths under test_dir, PyTorch's test/): one file on the
+    device, or the second opinion."""
+    args = ["-c", str(INI), "--rootdir", str(test_dir), "--noconftest", "-p", PLUGIN,
+            "--ootci-device-type-ids", device, *(["--ootci-cpu-twins"] if cpu_twins else []),
+            *(str(test_dir / f) for f in files)]
+    return SuiteSpec(name=SUITE, cwd=cwd, pytest_args=args, workers=workers, part=part, env=env, expected=False,
+                     retries=0, missing_module_hint=MISSING_MODULE_HINT)
+
+
+@dataclass
+class FileRun:
+    """One upstream file: its tests, classified, and how its run went."""
+
+    file: str
+    results: list[TestResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    status: Status = Status.passed
+    duration_s: float = 0.0
+    rerun: int = 0
+    """its tests the second opinion re-ran"""
+    failed_on_cpu: int = 0
+    root_cause: RootCause | None = None
+
+
+@dataclass
+class UpstreamRun:
+    files: list[FileRun]
+    junit: Path
+    second_opinion_s: float = 0.0
+
+    @property
+    def results(self) -> list[TestResult]:
+        return [r for f in self.files for r in f.results]
+
+    @property
+    def problems(self) -> list[str]:
+        return [p for f in self.files for p in f.problems]
+
+
+def _failing(result: TestResult) -> bool:
+    return result.outcome in classify.NOT_PASSING and result.message != NOT_REACHED
+
+
+class UpstreamRunner:
+    """Runs the upstream files of one backend in one environment under test."""
+
+    def __init__(self, *, python: Path, manifest: Manifest, suite: UpstreamSuite, test_dir: Path,
+                 junit_dir: Path, cwd: Path, log: Path | None, deadline: float, env: dict[str, str],
+                 torch_version: str | None, workers: int, shard: str | None = None, on_line=None):
+        self.python = python
+        self.manifest = manifest
+        self.suite = suite
+        self.test_dir = test_dir
+        self.junit_dir = junit_dir
+        self.cwd = cwd
+        self.log = log
+        self.deadline = deadline
+        self.base_env = env
+        self.torch_version = torch_version
+        self.workers = workers
+        self.shard = shard
+        self.on_line = on_line
+        self.device = manifest.device
+        self.selection = device_selection(self.device, torch_version)
+
+    def run(self, files: list[str], only: list[str] | None = None) -> UpstreamRun:
+        """Every file in turn (only the test ids in `only`, when given: a bisection step), then
+        the second opinion on their failures."""
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        on_device: dict[str, tuple[SuiteRun, float]] = {}
+        for file in files:
+            wanted = None if only is None else [i for i in only if file_of(i) == file]
+            if wanted is not None and not wanted:
+                continue
+            start = time.monotonic()
+            runner = self._runner(min(self.deadline, start + self.suite.timeout))
+            run = runner.run(spec(self.test_dir, [file], device=self.device, cwd=self.cwd,
+                                  env=environment(self.selection, self.suite), workers=self.workers,
+                                  part=part_name(file)), wanted)
+            on_device[file] = (run, time.monotonic() - start)
+        start = time.monotonic()
+        again, on_cpu = self._second_opinion({f: run for f, (run, _) in on_device.items()})
+        second_s = time.monotonic() - start
+        runs = [self._file_run(file, run, took, again, on_cpu) for file, (run, took) in on_device.items()]
+        out = self.junit_dir / f"{SUITE}.xml"
+        junit.write(out, SUITE, [r for f in runs for r in f.results])
+        return UpstreamRun(runs, out, round(second_s, 3))
+
+    def _runner(self, deadline: float) -> SuiteRunner:
+        return SuiteRunner(python=self.python, manifest=self.manifest, junit_dir=self.junit_dir, log=self.log,
+                           deadline=deadline, on_line=self.on_line, env=self.base_env,
+                           torch_version=self.torch_version, shard=self.shard)
+
+    def _second_opinion(self, on_device: dict[str, SuiteRun]) -> tuple[dict[str, TestResult], dict[str, TestResult]]:
+        """(test id -> its re-run on the device, test id -> its run on CPU) for the failing tests;
+        a file that did not collect is under its own id in the second."""
+        failing = {f: [r.id for r in run.results if _failing(r) and r.id != f] for f, run in on_device.items()}
+        not_collected = [f for f, run in on_device.items() if any(r.id == f and _failing(r) for r in run.results)]
+        again: dict[str, TestResult] = {}
+        on_cpu: dict[str, TestResult] = {}
+        files = [f for f, ids in failing.items() if ids]
+        if files and self.deadline - time.monotonic() > 1:
+            ids = [i for f in files for i in failing[f]]
+            retry = ids if self.manifest.retries > 0 else []
+            run = self._runner(self.deadline).run(
+                spec(self.test_dir, files, device=self.device, cwd=self.cwd, workers=0, part="second-opinion",
+                     env=environment(f"{self.selection},{CPU}", self.suite), cpu_twins=True),
+                retry + [i + CPU_TWIN for i in ids])
+            for r in run.results:
+                if r.id.endswith(CPU_TWIN):
+                    on_cpu[r.id.removesuffix(CPU_TWIN)] = r
+                elif r.message != NOT_REACHED:
+                    again[r.id] = r
+        if not_collected and self.deadline - time.monotonic() > 1:
+            run = self._runner(self.deadline).run(
+                spec(self.test_dir, not_collected, device=self.device, cwd=self.cwd, workers=0, part="collect-on-cpu",
+                     env=environment(CPU, self.suite), cpu_twins=True), not_collected)
+            on_cpu.update((r.id, r) for r in run.results if r.id in not_collected)
+        return again, {i: r for i, r in on_cpu.items() if _failing(r)}
+
+    def _file_run(self, file: str, on_device: SuiteRun, took: float, again: dict[str, TestResult],
+                  on_cpu: dict[str, TestResult]) -> FileRun:
+        timed_out = on_device.status is Status.timeout
+        results = [self._classify(r, again.get(r.id), on_cpu.get(r.id), timed_out=timed_out)
+                   for r in on_device.results]
+        run = FileRun(file, results, [f"upstream {file}: {p.removeprefix(f'suite {SUITE!r}: ')}"
+                                      for p in on_device.problems],
+                      duration_s=round(took, 3), rerun=sum(1 for r in on_device.results if r.id in again),
+                      failed_on_cpu=sum(1 for r in on_device.results if r.id in on_cpu))
+        bad = [r for r in results if not r.outcome.ok]
+        if timed_out and not bad:
+            run.status = Status.timeout
+        elif bad or run.problems or (not results and not self.shard):
+            run.status = Status.failed
+        if not results and not run.problems and not self.shard:
+            run.problems.append(f"upstream {file}: reported no tests")
+        # pytest stopping outside any test says more than the tests it left unrun.
+        run.root_cause = on_device.root_cause if run.problems else first_failing_test(results)
+        return run
+
+    def _classify(self, result: TestResult, again: TestResult | None, on_cpu: TestResult | None, *,
+                  timed_out: bool) -> TestResult:
+        if result.outcome is Outcome.error and result.message == NOT_REACHED and timed_out:
+            return result.model_copy(update={
+                "outcome": Outcome.skipped,
+                "message": f"not run: the file's {self.suite.timeout:g} s time limit ran out before this test"})
+        if again is not None:
+            if again.outcome in (Outcome.passed, Outcome.flaky):
+                return result.model_copy(update={
+                    "outcome": Outcome.flaky, "attempts": 2,
+                    "message": f"passed on attempt 2 after it {result.outcome.value}: {result.message}"})
+            result = result.model_copy(update={"attempts": 2})
+        if on_cpu is not None:
+            return result.model_copy(update={
+                "outcome": Outcome.upstream,
+                "message": f"fails on CPU too: not the backend's ({result.outcome.value} on {self.device}: "
+                           f"{result.message} | {on_cpu.outcome.value} on cpu: {on_cpu.message})"[:2000]})
+        entry = classify.expected_failure(self.manifest, SUITE, result.id, self.torch_version)
+        return classify.apply_expected(result, entry)
