@@ -77,11 +77,15 @@ def run(ctx: RunContext) -> StageResult:
             problems.append(failure)
             files = []  # every file imports what failed to install: nothing would say more than this line
     limit = float(manifest.timeouts.upstream)
-    workers = (options.jobs or min(os.cpu_count() or 1, 4)) if manifest.suites.crash_isolation == "fork" else 0
+    # One file per core at once, as PyTorch's runner runs its files; a file forks the cores left to it.
+    cores = options.jobs or min(os.cpu_count() or 1, 4)
+    parallel = max(1, min(cores, len(files)))
+    workers = max(1, cores // parallel) if manifest.suites.crash_isolation == "fork" else 0
     runner = UpstreamRunner(
         python=ctx.python, manifest=manifest, suite=suite, test_dir=tests.test_dir, junit_dir=ctx.run_dir / "junit",
         cwd=ctx.run_dir / "upstream-cwd", log=ctx.log_path(NAME), deadline=time.monotonic() + limit,
-        env=ctx.pip_env(), torch_version=ctx.record.torch.version, workers=workers, shard=options.shard,
+        env=ctx.pip_env(), torch_version=ctx.record.torch.version, workers=workers, parallel=parallel,
+        shard=options.shard,
         on_line=getattr(ctx.reporter, "line", None))
     upstream = runner.run(files, only)
     results = upstream.results

@@ -19,14 +19,19 @@ too is `upstream`: not the backend's, shown apart, and never its failure or regr
 has no `np.msort`; a file of another commit expects another exception). A file that did not
 collect on the device is collected once more on CPU alone. Only then are the manifest's
 expected failures and the known-failures baseline applied, to what is left of the backend's.
-One process for all the second opinions, instead of a re-run and a CPU run per file, is what
-keeps the stage near the time of plain pytest on the same files (bench/upstream_speed.py).
+Files run side by side, as PyTorch's own runner runs its test files (`parallel`, one per core
+by default), each with its own log joined into the stage's in file order. That, and one process
+for all the second opinions instead of a re-run and a CPU run per file, is what keeps the stage
+near the time of plain pytest on the same files (bench/upstream_speed.py): each process pays
+for importing torch and PyTorch's test machinery, a few seconds.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,7 +135,8 @@ class UpstreamRunner:
 
     def __init__(self, *, python: Path, manifest: Manifest, suite: UpstreamSuite, test_dir: Path,
                  junit_dir: Path, cwd: Path, log: Path | None, deadline: float, env: dict[str, str],
-                 torch_version: str | None, workers: int, shard: str | None = None, on_line=None):
+                 torch_version: str | None, workers: int, parallel: int = 1, shard: str | None = None,
+                 on_line=None):
         self.python = python
         self.manifest = manifest
         self.suite = suite
@@ -142,6 +148,9 @@ class UpstreamRunner:
         self.base_env = env
         self.torch_version = torch_version
         self.workers = workers
+        """forked children per file (crash isolation by fork), or 0"""
+        self.parallel = max(1, parallel)
+        """files run at once"""
         self.shard = shard
         self.on_line = on_line
         self.device = manifest.device
@@ -151,17 +160,12 @@ class UpstreamRunner:
         """Every file in turn (only the test ids in `only`, when given: a bisection step), then
         the second opinion on their failures."""
         self.cwd.mkdir(parents=True, exist_ok=True)
-        on_device: dict[str, tuple[SuiteRun, float]] = {}
-        for file in files:
-            wanted = None if only is None else [i for i in only if file_of(i) == file]
-            if wanted is not None and not wanted:
-                continue
-            start = time.monotonic()
-            runner = self._runner(min(self.deadline, start + self.suite.timeout))
-            run = runner.run(spec(self.test_dir, [file], device=self.device, cwd=self.cwd,
-                                  env=environment(self.selection, self.suite), workers=self.workers,
-                                  part=part_name(file)), wanted)
-            on_device[file] = (run, time.monotonic() - start)
+        selected = {file: None if only is None else [i for i in only if file_of(i) == file] for file in files}
+        selected = {file: ids for file, ids in selected.items() if ids is None or ids}
+        with ThreadPoolExecutor(max_workers=self.parallel) as pool:
+            done = dict(zip(selected, pool.map(lambda f: self._on_device(f, selected[f]), selected)))
+        self._join_logs(list(selected))
+        on_device = {file: (run, took) for file, (run, took) in done.items()}
         start = time.monotonic()
         again, on_cpu = self._second_opinion({f: run for f, (run, _) in on_device.items()})
         second_s = time.monotonic() - start
@@ -170,9 +174,36 @@ class UpstreamRunner:
         junit.write(out, SUITE, [r for f in runs for r in f.results])
         return UpstreamRun(runs, out, round(second_s, 3))
 
-    def _runner(self, deadline: float) -> SuiteRunner:
-        return SuiteRunner(python=self.python, manifest=self.manifest, junit_dir=self.junit_dir, log=self.log,
-                           deadline=deadline, on_line=self.on_line, env=self.base_env,
+    def _on_device(self, file: str, only: list[str] | None) -> tuple[SuiteRun, float]:
+        start = time.monotonic()
+        runner = self._runner(min(self.deadline, start + self.suite.timeout), log=self._file_log(file))
+        run = runner.run(spec(self.test_dir, [file], device=self.device, cwd=self.cwd,
+                              env=environment(self.selection, self.suite), workers=self.workers,
+                              part=part_name(file)), only)
+        return run, time.monotonic() - start
+
+    def _file_log(self, file: str) -> Path | None:
+        if self.log is None:
+            return None
+        return self.log.with_suffix("") / f"{part_name(file)}.log"
+
+    def _join_logs(self, files: list[str]) -> None:
+        """The files' own logs (they ran side by side) into the stage's, one after the other."""
+        if self.log is None:
+            return
+        with open(self.log, "ab") as log:
+            for file in files:
+                own = self._file_log(file)
+                log.write(f"==== ootci: upstream {file} ====\n".encode())
+                if own is not None and own.is_file():
+                    with open(own, "rb") as part:
+                        shutil.copyfileobj(part, log)
+
+    def _runner(self, deadline: float, log: Path | None = None) -> SuiteRunner:
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+        return SuiteRunner(python=self.python, manifest=self.manifest, junit_dir=self.junit_dir,
+                           log=log or self.log, deadline=deadline, on_line=self.on_line, env=self.base_env,
                            torch_version=self.torch_version, shard=self.shard)
 
     def _second_opinion(self, on_device: dict[str, SuiteRun]) -> tuple[dict[str, TestResult], dict[str, TestResult]]:
