@@ -89,6 +89,23 @@ def make_env(torch_layer, tmp_path_factory):
     return make
 
 
+@pytest.fixture(scope="session")
+def openreg_env(torch_layer, tmp_path_factory):
+    """A fresh environment over the torch layer with the bundled OpenReg wheel
+    (tests/support/fixture_backends.py: built once per source state)."""
+    from ootci.runner.core import procs
+    from ootci.runner.torch_supply import envs
+    from tests.support.fixture_backends import OPENREG, openreg_wheels
+
+    if not (OPENREG / "setup.py").is_file():
+        pytest.skip("backends/openreg is not in this checkout")
+    wheels = openreg_wheels(torch_layer)
+    env = envs.layered_env(torch_layer, tmp_path_factory.mktemp("openreg") / "venv")
+    installed = procs.run(envs.pip_argv(env, "install", "--no-deps", *map(str, wheels)), timeout=600)
+    assert installed.ok, installed.output_tail[-3000:]
+    return env
+
+
 # `make test` runs the files on several workers (pytest-xdist, --dist loadfile): a file is
 # one unit of work, handed out in collection order (--no-loadscope-reorder). The longest
 # files go first, so that no worker starts one of them while the others are finishing.

@@ -5,25 +5,18 @@ pydantic: the suites must run there without importing the `runner` package."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
-from ootci.runner.torch_supply import envs
-from ootci.runner.core import procs
-from ootci.runner.stages.build import with_ccache
 from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, Status
 from tests.support.cli import ootci
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_PARTIAL = REPO / "tests" / "fixtures" / "backends" / "cpu-partial" / "backend.toml"
-OPENREG = REPO / "backends" / "openreg"
 
 ISOLATION_PROBE = '''
 import json, os, sys
@@ -86,37 +79,6 @@ def test_integration_subset_on_cpu_with_xdist(torch_layer, tmp_path):
     assert "test_opinfo.py::test_compare_cpu[add-float16]" not in by_id, "float16 is not claimed"
     parity = [t for t in record.tests if t.id.startswith("test_model_parity.py::")]
     assert len(parity) == 6 and all(t.outcome is Outcome.passed for t in parity)
-
-
-def _sources_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        parts = set(path.relative_to(root).parts)
-        if path.is_file() and not parts & {"build", "__pycache__"} and not any(p.endswith(".egg-info") for p in parts):
-            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-@pytest.fixture(scope="session")
-def openreg_env(torch_layer, tmp_path_factory):
-    """A fresh environment over the torch layer with the bundled OpenReg wheel, which is
-    built once per source state (the in-tree build directory keeps rebuilds short)."""
-    if not (OPENREG / "setup.py").is_file():
-        pytest.skip("backends/openreg is not in this checkout")
-    wheels = envs.cache_root() / "wheels" / f"openreg-{_sources_hash(OPENREG)}"
-    wheels.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(wheels) + ".lock"):
-        if not list(wheels.glob("*.whl")):
-            # Through ccache, as ootci's build stage compiles: the session's OpenReg runs on 2.13.0
-            # compiled these units already (about 30 s of CPU each time otherwise).
-            build_env = with_ccache(dict(os.environ, MAX_JOBS="2"), envs.cache_root(), OPENREG)
-            built = procs.run(envs.pip_argv(torch_layer, "wheel", "--no-build-isolation", "--no-deps", str(OPENREG),
-                                            "-w", str(wheels)), timeout=1800, env=build_env)
-            assert built.ok, built.output_tail[-3000:]
-    env = envs.layered_env(torch_layer, tmp_path_factory.mktemp("openreg") / "venv")
-    installed = procs.run(envs.pip_argv(env, "install", "--no-deps", *map(str, wheels.glob("*.whl"))), timeout=600)
-    assert installed.ok, installed.output_tail[-3000:]
-    return env
 
 
 @pytest.mark.slow

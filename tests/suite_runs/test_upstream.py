@@ -1,0 +1,180 @@
+"""The upstream suite for real: PyTorch-style device-generic test files, fetched over file:// from a
+repository posing as PyTorch at the commit the torch's version.py names, run on OpenReg by
+`ootci test --suite upstream`, with the CPU's second opinion and a baseline between two commits
+(tests/support/fake_upstream.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ootci.runner.core import procs
+from ootci.runner.manifests.known_failures import load as load_known
+from ootci.runner.models import Outcome, Status
+from ootci.runner.records import record_files
+from ootci.runner.records.upstream_files import summarize
+from ootci.runner.torch_supply import envs
+from tests.support import fake_upstream
+from tests.support.cli import ootci
+from tests.support.fixture_backends import openreg_wheels
+
+pytestmark = pytest.mark.slow
+
+OPS = "test_up_ops.py::TestUpOps::"
+VIEWS = "test_up_ops.py::TestUpViews::"
+
+MANIFEST = """\
+name = "openreg-upstream"
+device = "openreg"
+distribution = "torch_openreg"
+import_name = "torch_openreg"
+entry_point = "torch_openreg = torch_openreg:_autoload"
+capabilities = ["synchronize", "streams", "events", "generator", "autograd"]
+dtypes = ["float32", "int64"]
+retries = 1
+[source]
+requirement = "torch_openreg"
+[build]
+recipe = "prebuilt"
+[suites]
+crash_isolation = "fork"
+[suites.upstream]
+files = {files}
+"""
+
+
+@pytest.fixture(scope="module")
+def pytorch(tmp_path_factory) -> fake_upstream.FakePyTorch:
+    return fake_upstream.make_repo(tmp_path_factory.mktemp("pytorch") / "pytorch")
+
+
+def _env_naming(torch_layer, where: Path, **version):
+    env = fake_upstream.torch_naming(torch_layer, where, **version)
+    installed = procs.run(envs.pip_argv(env, "install", "--no-deps", *map(str, openreg_wheels(torch_layer))),
+                          timeout=600)
+    assert installed.ok, installed.output_tail[-3000:]
+    return env
+
+
+def _manifest(where: Path, files=fake_upstream.FILES) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / "backend.toml"
+    path.write_text(MANIFEST.format(files=json.dumps(list(files))))
+    return path
+
+
+def _upstream(env, manifest: Path, out: Path, *extra: str):
+    done = ootci("test", "--python", str(env.python), "--backend", str(manifest), "--suite", "upstream",
+                 "--out", str(out), *extra, timeout=900)
+    record = record_files.read(out / "record.json")
+    return done, record, {t.id: t for t in record.tests}
+
+
+@dataclass
+class Night:
+    manifest: Path
+    env: object
+    out: Path
+    done: object
+    record: object
+    tests: dict
+
+
+@pytest.fixture(scope="module")
+def first_night(torch_layer, pytorch, tmp_path_factory) -> Night:
+    """The first commit's files, fetched at the commit the torch names, on OpenReg."""
+    root = tmp_path_factory.mktemp("first")
+    env = _env_naming(torch_layer, root / "env", git_version=pytorch.first)
+    manifest = _manifest(root / "backend", [*fake_upstream.FILES, "test_up_missing.py"])
+    return Night(manifest, env, root / "out", *_upstream(env, manifest, root / "out", "--torch-repo", pytorch.url))
+
+
+def test_the_files_come_from_the_commit_the_torch_names_and_every_failure_is_classified(first_night, pytorch):
+    done, record, tests = first_night.done, first_night.record, first_night.tests
+    assert done.returncode == 1, done.stdout + done.stderr
+    stage = record.stage("upstream")
+    files = stage.data["upstream"]["tests"]
+    assert (files["commit"], files["torch_commit"], files["origin"], files["repository"], files["own_commit"]) == (
+        pytorch.first, pytorch.first, "fetched", pytorch.url, True)
+    assert stage.status is Status.failed
+    assert tests[OPS + "test_add_openreg_float32"].outcome is Outcome.passed
+    assert (tests[OPS + "test_add_openreg_int64"].outcome, tests[OPS + "test_add_openreg_int64"].dtype) == (
+        Outcome.passed, "int64")
+    assert tests[OPS + "test_add_openreg_complex64"].outcome is Outcome.skipped
+    assert tests[OPS + "test_add_openreg_complex64"].message == "dtype 'complex64' not claimed"
+    assert tests[OPS + "test_cuda_only_openreg"].message == "Only runs on cuda"
+    # Fails on CPU too: not the backend's, whether a test or a whole file that does not import.
+    went_away = tests[OPS + "test_numpy_went_away_openreg"]
+    assert went_away.outcome is Outcome.upstream and went_away.message.startswith("fails on CPU too")
+    assert "ootci_removed_in_numpy_2" in went_away.message
+    broken = tests[fake_upstream.BROKEN_FILE]
+    assert broken.outcome is Outcome.upstream and "ootci_binary_ufuncs_and_refs" in broken.message
+    # The backend's own: a wrong result, and a segfault that cost only its own test.
+    assert tests[OPS + "test_device_type_is_cpu_openreg"].outcome is Outcome.failed
+    assert tests[OPS + "test_device_type_is_cpu_openreg"].attempts == 2
+    crashed = tests[OPS + "test_segfaults_off_cpu_openreg"]
+    assert crashed.outcome is Outcome.crashed and "SIGSEGV" in crashed.message
+    assert tests[VIEWS + "test_view_shares_storage_openreg"].outcome is Outcome.passed
+    # No id carries the instantiation's class suffix.
+    assert not [i for i in tests if "PRIVATEUSE1" in i or "OPENREG" in i]
+    assert stage.root_cause.culprit == OPS + "test_device_type_is_cpu_openreg"
+    # A file the fetched test/ does not have is one line; the others ran.
+    assert [p for p in record.problems if "test_up_missing.py" in p] == [
+        f"upstream test_up_missing.py: not in {files['test_dir']} ({stage.data['upstream']['describe']})"]
+    per_file = summarize(record.tests)
+    ops = per_file["test_up_ops.py"]
+    assert (ops.passed, ops.failed, ops.upstream, ops.skipped) == (3, 2, 1, 2)
+    assert ops.skipped_by_reason == {"dtype not claimed": 1, "only on cuda": 1}
+    assert per_file[fake_upstream.BROKEN_FILE].collection_error
+
+
+def test_a_baseline_then_the_second_commit_says_new_known_and_fixed_with_the_same_ids(
+        first_night, torch_layer, pytorch, tmp_path):
+    manifest, first_tests = first_night.manifest, first_night.tests
+    expected = ootci("expect", "--from", str(first_night.out), "--manifest", str(manifest), timeout=300)
+    assert expected.returncode == 0, expected.stdout + expected.stderr
+    baseline = load_known(manifest.parent / "known-failures.toml")
+    # Only the backend's failures are its baseline; what fails on CPU too is not.
+    assert set(baseline["upstream"]) == {OPS + "test_device_type_is_cpu_openreg", OPS + "test_segfaults_off_cpu_openreg"}
+    env = _env_naming(torch_layer, tmp_path / "env", git_version=pytorch.second)
+    done, second, tests = _upstream(env, manifest, tmp_path / "out", "--torch-repo", pytorch.url)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert second.stage("upstream").data["upstream"]["tests"]["commit"] == pytorch.second
+    # The classes are instantiated the other way round at this commit: the ids did not move.
+    assert set(first_tests) <= set(tests)
+    assert set(tests) - set(first_tests) == {OPS + "test_new_at_second_commit_openreg"}
+    assert tests[OPS + "test_device_type_is_cpu_openreg"].outcome is Outcome.fixed
+    assert tests[OPS + "test_segfaults_off_cpu_openreg"].outcome is Outcome.xfailed
+    assert tests[OPS + "test_new_at_second_commit_openreg"].outcome is Outcome.failed
+    assert second.novelty()["new"] == [OPS + "test_new_at_second_commit_openreg"]
+    assert set(second.novelty()["upstream"]) == {OPS + "test_numpy_went_away_openreg", fake_upstream.BROKEN_FILE}
+
+
+def test_a_given_folder_is_used_as_it_is_and_said_not_to_be_the_torch_commit(first_night, pytorch, tmp_path):
+    # The checkout's root, whose torch/ must not be imported: the files run from its test/.
+    done, record, tests = _upstream(first_night.env, _manifest(tmp_path / "m"), tmp_path / "out",
+                                    "--upstream-tests", str(pytorch.root))
+    files = record.stage("upstream").data["upstream"]
+    assert (files["tests"]["origin"], files["tests"]["commit"], files["tests"]["own_commit"]) == (
+        "given", pytorch.second, False)
+    assert "not the torch's own commit" in files["describe"]
+    assert tests[VIEWS + "test_view_shares_storage_openreg"].outcome is Outcome.passed, done.stdout
+
+
+def test_a_torch_without_commit_or_release_tag_and_a_failed_fetch_are_one_line(torch_layer, pytorch, tmp_path):
+    dev = _env_naming(torch_layer, tmp_path / "dev", git_version="Unknown", version="2.13.0.dev20260101+cpu")
+    done, record, tests = _upstream(dev, _manifest(tmp_path / "m"), tmp_path / "out1", "--torch-repo", pytorch.url)
+    assert done.returncode == 1 and not tests
+    assert record.stage("upstream").summary == (
+        "torch 2.13.0.dev20260101+cpu records no commit (torch.version.git_version is 'Unknown') and is not a "
+        "release with a v<version> tag: give the files with --upstream-tests DIR")
+    unknown = "0" * 40
+    elsewhere = _env_naming(torch_layer, tmp_path / "other", git_version=unknown)
+    done, record, _ = _upstream(elsewhere, _manifest(tmp_path / "m2"), tmp_path / "out2", "--torch-repo", pytorch.url)
+    summary = record.stage("upstream").summary
+    assert done.returncode == 1 and summary.startswith(f"cannot fetch PyTorch's test files at {unknown} from "
+                                                       f"{pytorch.url}: "), summary
+    assert "\n" not in summary
