@@ -142,7 +142,7 @@ def _plain_stage(name: str, parts: dict[int, StageResult], n: int) -> StageResul
 
 def _suite_stage(name: str, parts: dict[int, StageResult], n: int, missing: list[int],
                  tests: list[TestResult], last_suite_stage: bool) -> StageResult:
-    """smoke, integration: worked out again from the union of the shards' tests."""
+    """smoke, integration, upstream: worked out again from the union of the shards' tests."""
     ran = {k: p for k, p in parts.items() if p.status not in (Status.skipped, Status.blocked)}
     if not ran:
         # No shard ran it: as the shards say (blocked after a failure, or not selected)...
@@ -208,11 +208,33 @@ def _suite_stage(name: str, parts: dict[int, StageResult], n: int, missing: list
             cause = RootCause(kind="error", summary=problems[0])
         else:
             cause = first_failing_test(stage_tests)
+    data: dict = {"suites": suites}
+    upstream = _upstream_data(ran)
+    if upstream:
+        data["upstream"] = upstream
     stage = StageResult(name=name, status=status, summary="; ".join(lines + problems),
-                        counts=junit.count_by_outcome(stage_tests), root_cause=cause,
-                        data={"suites": suites})
+                        counts=junit.count_by_outcome(stage_tests), root_cause=cause, data=data)
     _timing(stage, ran)
     return stage
+
+
+def _upstream_data(ran: dict[int, StageResult]) -> dict | None:
+    """The upstream stage's data over its shards: where the files came from (every shard took the
+    same torch's), and per file the worst status, the longest time and the sums of its counts."""
+    parts = [ran[k].data["upstream"] for k in sorted(ran) if "tests" in ran[k].data.get("upstream", {})]
+    if not parts:
+        return None
+    files: dict[str, dict] = {}
+    for part in parts:
+        for name, entry in part.get("files", {}).items():
+            merged = files.setdefault(name, {"status": Status.passed.value, "duration_s": 0.0, "rerun": 0,
+                                             "failed_on_cpu": 0, "tests": 0})
+            merged["status"] = worst_of([Status(merged["status"]), Status(entry.get("status", "passed"))]).value
+            merged["duration_s"] = max(merged["duration_s"], float(entry.get("duration_s") or 0))
+            for key in ("rerun", "failed_on_cpu", "tests"):
+                merged[key] += int(entry.get(key) or 0)
+    return {**parts[0], "files": files,
+            "second_opinion_s": max(float(p.get("second_opinion_s") or 0) for p in parts)}
 
 
 def merge_group(group: Group) -> tuple[RunRecord, dict[str, list[tuple[int, Path]]]]:

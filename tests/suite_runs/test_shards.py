@@ -314,6 +314,51 @@ def test_merge_of_all_shards_is_the_union(tmp_path):
     assert outcome["added"] == [merged.run_id] and len(outcome["shards"]) == 3
 
 
+def upstream_shard(out: Path, k: int, n: int, outcomes: dict[str, Outcome]) -> RunRecord:
+    """A shard whose upstream stage ran the tests `outcomes` names, of PyTorch's test_view_ops.py."""
+    tests = [Result(id=f"test_view_ops.py::TestViewOps::{name}", suite="upstream", outcome=o)
+             for name, o in outcomes.items()]
+    files = {"test_dir": "/c/upstream-tests/pytorch/abc/test", "origin": "fetched", "commit": "a" * 40,
+             "torch_commit": "a" * 40, "repository": "https://github.com/pytorch/pytorch", "ref": "a" * 40,
+             "changed": False, "own_commit": True}
+    bad = any(not o.ok for o in outcomes.values())
+    stage = StageResult(name="upstream", status=Status.failed if bad else Status.passed, duration_s=40 + k,
+                        data={"suites": {"upstream": {"status": "failed" if bad else "passed", "counts": {},
+                                                      "duration_s": 40 + k, "junit": "junit/upstream.xml"}},
+                              "upstream": {"tests": files, "describe": "files from GitHub at aaaaaaaaaaaa",
+                                           "files": {"test_view_ops.py": {
+                                               "status": "failed" if bad else "passed", "duration_s": 30 + k,
+                                               "rerun": sum(1 for o in outcomes.values() if not o.ok),
+                                               "failed_on_cpu": 0, "tests": len(outcomes)}},
+                                           "second_opinion_s": 5.0 * k},
+                              "shard": f"{k}/{n}"})
+    record = RunRecord(run_id=f"openreg-2026112{k}T031700Z-00000{k}", backend="openreg", device="openreg",
+                       torch=TorchInfo(spec="2.13.0"), started_at=STARTED + dt.timedelta(seconds=k),
+                       finished_at=STARTED + dt.timedelta(minutes=5), status=stage.status, stages=[stage],
+                       tests=tests, shard=f"{k}/{n}", shard_group="night-1",
+                       command=f"ootci run openreg --torch 2.13.0+cpu --shard {k}/{n}")
+    record_files.write(out / record.run_id, record)
+    return record
+
+
+def test_the_upstream_stage_merges_with_its_files_commit_and_per_file_counts(tmp_path):
+    upstream_shard(tmp_path / "a", 1, 2, {"test_flip_openreg_float32": Outcome.passed,
+                                          "test_ravel_openreg": Outcome.failed})
+    upstream_shard(tmp_path / "a", 2, 2, {"test_view_openreg": Outcome.passed,
+                                          "test_msort_openreg": Outcome.upstream})
+    done = ootci("shards", "merge", str(tmp_path / "a"), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    [merged] = records_under(tmp_path / "out")
+    stage = merged.stage("upstream")
+    assert stage.status is Status.failed
+    assert stage.counts == {"failed": 1, "passed": 2, "upstream": 1}
+    assert stage.data["upstream"]["tests"]["commit"] == "a" * 40 and stage.data["upstream"]["tests"]["own_commit"]
+    assert stage.data["upstream"]["files"] == {"test_view_ops.py": {
+        "status": "failed", "duration_s": 32, "rerun": 1, "failed_on_cpu": 0, "tests": 4}}
+    assert stage.data["upstream"]["second_opinion_s"] == 10.0
+    assert (tmp_path / "out" / merged.run_id / "junit" / "upstream.xml").is_file()
+
+
 def test_a_missing_shard_fails_the_merged_suite_stage_naming_it(tmp_path):
     shard_record(tmp_path / "runs", 1, 3, [t(1), t(2)])
     shard_record(tmp_path / "runs", 3, 3, [t(5)])
