@@ -142,6 +142,41 @@ def test_bad_input_is_one_line(vendor, tmp_path):
     ("test_opinfo.py::test_compare_cpu?*group_norm*", False),
     ("no_separator", False),
     ("two\nlines::x", False),
+    ("tests/test_autograd.py", True),  # a file that failed to collect: pytest's id of its collection error
+    ("(collection)", True),
+    ("tests/test_*.py", False),
 ])
 def test_a_test_id_is_exact(test_id, ok):
     assert known_failures.is_test_id(test_id) is ok
+
+
+def test_what_expect_writes_the_next_run_reads_a_file_that_failed_to_import_too(vendor):
+    """A vendor suite whose file cannot import (a missing psutil) fails under the file's own id, the
+    id pytest gives its collection error: `ootci expect` lists it, and the manifest loads it again
+    (before, the next run refused it as "not a test id" and the nightly broke on its own baseline)."""
+    path = vendor / "ci" / "backend.toml"
+    path.write_text(MANIFEST + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
+    run = write_run(vendor / "run", "ootci run ci/backend.toml --torch 2.13.0", [
+        result("tests/test_autograd.py", Outcome.error, suite="own", message="ModuleNotFoundError: No module named "
+               "'psutil' (a module the suite's tests need: list its package in `requirements`)"),
+        result("test_view_ops.py::TestViewOps::test_flip_openreg_float32", Outcome.failed, suite="upstream"),
+        result("test_sort_and_select.py::TestSortAndSelect::test_msort_openreg_float32", Outcome.upstream,
+               suite="upstream", message="fails on CPU too: not the backend's"),
+    ])
+    path.write_text(path.read_text() + '\n[suites.upstream]\nfiles = ["test_view_ops.py"]\n')
+    done = ootci("expect", "--from", str(run), cwd=vendor)
+    assert done.returncode == 0, done.stderr
+    loaded = manifest.load(path)
+    assert set(loaded.known["own"]) == {"tests/test_autograd.py"}
+    # A test that fails on CPU too is not the backend's: never a known failure of it.
+    assert set(loaded.known["upstream"]) == {"test_view_ops.py::TestViewOps::test_flip_openreg_float32"}
+    entry = classify.expected_failure(loaded, "own", "tests/test_autograd.py")
+    assert classify.apply_expected(result("tests/test_autograd.py", Outcome.error, "own"), entry).outcome is Outcome.xfailed
+    # --prune drops a listed test that now fails on CPU too.
+    later = write_run(vendor / "later", "ootci run ci/backend.toml --torch 2.13.0", [
+        result("tests/test_autograd.py", Outcome.xfailed, suite="own"),
+        result("test_view_ops.py::TestViewOps::test_flip_openreg_float32", Outcome.upstream, suite="upstream"),
+    ])
+    done = ootci("expect", "--from", str(later), "--prune", cwd=vendor)
+    assert done.returncode == 0 and "(0 added, 1 removed)" in done.stdout, done.stdout
+    assert "upstream" not in manifest.load(path).known

@@ -77,6 +77,7 @@ def _upstream(env, manifest: Path, out: Path, *extra: str):
 class Night:
     manifest: Path
     env: object
+    env_commit: str
     out: Path
     done: object
     record: object
@@ -89,7 +90,8 @@ def first_night(torch_layer, pytorch, tmp_path_factory) -> Night:
     root = tmp_path_factory.mktemp("first")
     env = _env_naming(torch_layer, root / "env", git_version=pytorch.first)
     manifest = _manifest(root / "backend", [*fake_upstream.FILES, "test_up_missing.py"])
-    return Night(manifest, env, root / "out", *_upstream(env, manifest, root / "out", "--torch-repo", pytorch.url))
+    return Night(manifest, env, pytorch.first, root / "out",
+                 *_upstream(env, manifest, root / "out", "--torch-repo", pytorch.url))
 
 
 def test_the_files_come_from_the_commit_the_torch_names_and_every_failure_is_classified(first_night, pytorch):
@@ -178,3 +180,14 @@ def test_a_torch_without_commit_or_release_tag_and_a_failed_fetch_are_one_line(t
     assert done.returncode == 1 and summary.startswith(f"cannot fetch PyTorch's test files at {unknown} from "
                                                        f"{pytorch.url}: "), summary
     assert "\n" not in summary
+
+
+def test_without_network_the_stage_says_it_did_not_run_and_the_run_is_not_red(first_night, tmp_path):
+    done, record, tests = _upstream(first_night.env, _manifest(tmp_path / "m"), tmp_path / "out",
+                                    "--torch-repo", "https://pytorch.invalid/pytorch")
+    stage = record.stage("upstream")
+    assert done.returncode == 0 and stage.status is Status.skipped and not tests, done.stdout + done.stderr
+    assert stage.summary.startswith(f"not run: cannot fetch PyTorch's test files at {first_night.env_commit} from "
+                                    "https://pytorch.invalid/pytorch: https://pytorch.invalid/pytorch cannot be reached")
+    assert stage.summary.endswith("; --upstream-tests DIR runs them from a folder")
+    assert "upstream: skipped - not run: " in done.stdout
