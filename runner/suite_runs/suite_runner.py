@@ -86,6 +86,8 @@ class SuiteSpec:
     for a caller that classifies them itself"""
     missing_module_hint: str = ""
     """said after a ModuleNotFoundError in a test's message (where to list the package)"""
+    import_backend: bool = True
+    """import the backend before the tests (--ootci-import); False for a run that must not have it"""
 
     @property
     def is_command(self) -> bool:
@@ -317,7 +319,7 @@ class SuiteRunner:
         env["OOTCI_DEVICE"] = self.manifest.device
         return env
 
-    def _backend_args(self) -> list[str]:
+    def _backend_args(self, spec: SuiteSpec) -> list[str]:
         m = self.manifest
         # The backend is imported explicitly: the suites test the device, the autoload
         # stage tests autoload.
@@ -326,7 +328,7 @@ class SuiteRunner:
             "--ootci-capabilities", ",".join(c.value for c in m.capabilities),
             "--ootci-dtypes", ",".join(m.dtypes),
             "--ootci-test-timeout", f"{m.timeouts.test:g}",
-            "--ootci-import", m.import_name,
+            *(["--ootci-import", m.import_name] if spec.import_backend else []),
         ]
 
     def _attempt(self, spec: SuiteSpec, raw_dir: Path, *, attempt: int, only: list[str] | None,
@@ -351,7 +353,7 @@ class SuiteRunner:
             xml = raw_dir / f"attempt-{attempt}-round-{round_no}.xml"
             argv = [*procs.python_argv(self.python, "-m", "pytest"), *spec.pytest_args,
                     "-p", PLUGIN, "-p", "no:cacheprovider", "--continue-on-collection-errors", "-q", "-rfE",
-                    *self._backend_args(), "--ootci-suite", spec.name, "--ootci-junit", str(xml),
+                    *self._backend_args(spec), "--ootci-suite", spec.name, "--ootci-junit", str(xml),
                     "--ootci-progress", str(progress_dir)]
             # A retry of a few tests is faster in one process than in workers that each
             # collect the whole suite first.

@@ -12,15 +12,17 @@ made stable (runner/suites/device_type_ids.py) and dtypes the backend does not c
 the test that took the time is the failure.
 
 The second opinion: every test that failed on the device (failed, error, crashed, timed out)
-runs once more, in one process for all files that instantiates the tests for the device and for
-the CPU at once: the device's re-run tells flaky from failing (the retry every suite gets, here
-at most one), and the same test and dtype on CPU says whose failure it is. One that fails on CPU
-too is `upstream`: not the backend's, shown apart, and never its failure or regression (numpy 2
-has no `np.msort`; a file of another commit expects another exception). A file that did not
-collect on the device is collected once more on CPU alone. Only then are the manifest's
+runs once more, in two processes for all files. One re-runs the failing tests on the device: flaky
+or failing, the retry every suite gets (here at most one). The other runs the same tests and dtypes
+on CPU, with the backend not loaded at all (no import, `TORCH_DEVICE_BACKEND_AUTOLOAD=0`: a
+backend that patches torch, or breaks `import torch`, must not make CPU fail too), and collects
+again on CPU alone each file that did not collect on the device. A test that fails on CPU too is
+`upstream`: not the backend's, shown apart, and never its failure or regression (numpy 2 has no
+`np.msort`; a file of another commit expects another exception). Only then are the manifest's
 expected failures and the known-failures baseline applied, to what is left of the backend's.
+
 Files run side by side, as PyTorch's own runner runs its test files (`parallel`, one per core
-by default), each with its own log joined into the stage's in file order. That, and one process
+by default), each with its own log joined into the stage's in file order. That, and two processes
 for all the second opinions instead of a re-run and a CPU run per file, is what keeps the stage
 near the time of plain pytest on the same files (bench/upstream_speed.py): each process pays
 for importing torch and PyTorch's test machinery, a few seconds.
@@ -207,30 +209,29 @@ class UpstreamRunner:
                            torch_version=self.torch_version, shard=self.shard)
 
     def _second_opinion(self, on_device: dict[str, SuiteRun]) -> tuple[dict[str, TestResult], dict[str, TestResult]]:
-        """(test id -> its re-run on the device, test id -> its run on CPU) for the failing tests;
-        a file that did not collect is under its own id in the second."""
+        """(test id -> its re-run on the device, test id -> its failure on CPU) for the failing tests;
+        a file that did not collect on the device is under its own id in the second when it does not
+        collect on CPU either."""
         failing = {f: [r.id for r in run.results if _failing(r) and r.id != f] for f, run in on_device.items()}
         not_collected = [f for f, run in on_device.items() if any(r.id == f and _failing(r) for r in run.results)]
-        again: dict[str, TestResult] = {}
-        on_cpu: dict[str, TestResult] = {}
+        ids = [i for ids in failing.values() for i in ids]
         files = [f for f, ids in failing.items() if ids]
-        if files and self.deadline - time.monotonic() > 1:
-            ids = [i for f in files for i in failing[f]]
-            retry = ids if self.manifest.retries > 0 else []
+        again: dict[str, TestResult] = {}
+        if ids and self.manifest.retries > 0 and self.deadline - time.monotonic() > 1:
             run = self._runner(self.deadline).run(
-                spec(self.test_dir, files, device=self.device, cwd=self.cwd, workers=0, part="second-opinion",
-                     env=environment(f"{self.selection},{CPU}", self.suite), cpu_twins=True),
-                retry + [i + CPU_TWIN for i in ids])
+                spec(self.test_dir, files, device=self.device, cwd=self.cwd, workers=0, part="retry",
+                     env=environment(self.selection, self.suite)), ids)
+            again = {r.id: r for r in run.results if r.message != NOT_REACHED}
+        on_cpu: dict[str, TestResult] = {}
+        if (ids or not_collected) and self.deadline - time.monotonic() > 1:
+            cpu = spec(self.test_dir, sorted({*files, *not_collected}), device=self.device, cwd=self.cwd, workers=0,
+                       part="on-cpu", env={**environment(CPU, self.suite), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+                       cpu_twins=True)
+            cpu.import_backend = False
+            run = self._runner(self.deadline).run(cpu, [i + CPU_TWIN for i in ids] + not_collected)
             for r in run.results:
-                if r.id.endswith(CPU_TWIN):
+                if r.id in not_collected or r.id.endswith(CPU_TWIN):
                     on_cpu[r.id.removesuffix(CPU_TWIN)] = r
-                elif r.message != NOT_REACHED:
-                    again[r.id] = r
-        if not_collected and self.deadline - time.monotonic() > 1:
-            run = self._runner(self.deadline).run(
-                spec(self.test_dir, not_collected, device=self.device, cwd=self.cwd, workers=0, part="collect-on-cpu",
-                     env=environment(CPU, self.suite), cpu_twins=True), not_collected)
-            on_cpu.update((r.id, r) for r in run.results if r.id in not_collected)
         return again, {i: r for i, r in on_cpu.items() if _failing(r)}
 
     def _file_run(self, file: str, on_device: SuiteRun, took: float, again: dict[str, TestResult],

@@ -16,9 +16,8 @@ device the process instantiated for:
     test_view_ops.py::TestViewOpsOPENREG::test_flip_openreg_float32   -> test_view_ops.py::TestViewOps::test_flip_openreg_float32
 
 so that a baseline, the flaky detection and the history match a test from night to night. A
-process that instantiates the tests for the device and for the CPU at once (the second opinion
-on the device's failures: a re-run on the device beside the same test on CPU) names each CPU
-copy after its device twin, marked `@cpu`:
+process that instantiates the tests for the CPU to give its opinion on the device's failures
+names each CPU copy after its device twin, marked `@cpu`:
 
     test_view_ops.py::TestViewOpsCPU::test_flip_cpu_float32           -> test_view_ops.py::TestViewOps::test_flip_openreg_float32@cpu
 

@@ -191,3 +191,21 @@ def test_without_network_the_stage_says_it_did_not_run_and_the_run_is_not_red(fi
                                     "https://pytorch.invalid/pytorch: https://pytorch.invalid/pytorch cannot be reached")
     assert stage.summary.endswith("; --upstream-tests DIR runs them from a folder")
     assert "upstream: skipped - not run: " in done.stdout
+
+
+def test_a_backend_that_breaks_import_torch_is_the_cause_not_upstream(make_env, torch_layer, pytorch, tmp_path):
+    """The CPU's opinion is given with the backend not loaded: a backend whose autoload raises makes
+    every file fail to import on the device, and that is its failure; a file that fails to import on
+    a plain CPU torch too is still upstream's."""
+    from tests.support.fixture_backends import build_wheels, manifest_path
+
+    env = make_env(str(build_wheels(torch_layer)["raises"]), name="raises")
+    done = ootci("test", "--python", str(env.python), "--backend", str(manifest_path("raises")), "--suite",
+                 "upstream", "--upstream-files", ",".join(fake_upstream.FILES), "--upstream-tests", str(pytorch.root),
+                 "--out", str(tmp_path / "out"), timeout=900)
+    record = record_files.read(tmp_path / "out" / "record.json")
+    tests = {t.id: t for t in record.tests}
+    assert done.returncode == 1 and set(tests) == set(fake_upstream.FILES), done.stdout + done.stderr
+    ops = tests[fake_upstream.OPS]
+    assert ops.outcome is Outcome.error and "Failed to load the backend extension: torch_raises" in ops.message
+    assert tests[fake_upstream.BROKEN_FILE].outcome is Outcome.upstream
