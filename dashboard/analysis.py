@@ -72,21 +72,34 @@ def culprit(runs: list[Run]) -> Culprit | None:
 
 @dataclass
 class Changes:
-    new_failures: list[tuple[str, str]] = field(default_factory=list)  # (test id, outcome)
+    new_failures: list[tuple[str, str]] = field(default_factory=list)
+    """(test id, outcome): regressions, tests the previous run ran and did not fail"""
+    new_tests_failing: list[tuple[str, str]] = field(default_factory=list)
+    """(test id, outcome): failing tests the previous run did not have (new upstream, a new file)"""
     fixed: list[tuple[str, str]] = field(default_factory=list)  # (test id, outcome it had)
 
 
 def changes(index: Index, runs: list[Run]) -> Changes:
-    """Tests failing now but not in the previous run, and tests fixed since it."""
+    """Tests failing now but not in the previous run, and tests fixed since it.
+
+    A failing test the previous run did not have at all is a new test, failing: shown apart from
+    a regression of a test that used to pass. When the previous run has no test set to tell
+    (none ran, or its tests cannot be read), every one counts as a regression, as before. A test
+    that now fails on CPU too (outcome upstream) is not the backend's, and not fixed either."""
     if len(runs) < 2:
         return Changes()
     prev, last = runs[-2], runs[-1]
-    now = {t: o for t, o in index.notable(last.id).items() if o in FAILING}
+    notable_now = index.notable(last.id)
+    now = {t: o for t, o in notable_now.items() if o in FAILING}
     before = {t: o for t, o in index.notable(prev.id).items() if o in FAILING}
     present = index.testset(last.id)
+    had = index.testset(prev.id) if now.keys() - before.keys() else frozenset()
+    new = sorted((t, o) for t, o in now.items() if t not in before)
     return Changes(
-        new_failures=sorted((t, o) for t, o in now.items() if t not in before),
-        fixed=sorted((t, o) for t, o in before.items() if t not in now and t in present),
+        new_failures=[(t, o) for t, o in new if not had or t in had],
+        new_tests_failing=[(t, o) for t, o in new if had and t not in had],
+        fixed=sorted((t, o) for t, o in before.items()
+                     if t not in now and t in present and notable_now.get(t) != "upstream"),
     )
 
 

@@ -22,6 +22,8 @@ from ootci.runner.records import packed_tests, record_files
 from ootci.runner.models import BisectRecord, Outcome, RunRecord
 from ootci.runner.performance import series
 
+from ootci.dashboard import upstream
+
 RECORD_NAME = record_files.RECORD_NAME
 BISECT_NAME = record_files.BISECT_NAME
 FAILING = frozenset(o.value for o in Outcome if not o.ok)
@@ -120,6 +122,8 @@ class Digest:
     ids: list[str] | None  # the ids, when this process has not sent this testset before
     ops: bytes | None = b""  # zlib JSON {op: {"ok": [dtypes], "bad": [...], "skip": [...]}}; None: not worked out
     xfail: dict[str, str] = field(default_factory=dict)  # xfailed/xpassed test id -> reason (message)
+    # The upstream suite's counts per file (dashboard.upstream.file_summaries); None: not worked out.
+    upstream: dict[str, dict] | None = None
 
 
 # What is remembered of a run whose tests could not be read: no ops, and the test set that
@@ -157,14 +161,20 @@ class RunSummary:
     testset: str | None  # ids hash from the header or the digest (None: a record without one)
     digest: Digest | None  # None: not read yet (the tests live in tests.json)
     bench_json: str | None = None  # {"ratios": {measurement: device/CPU}} of a bench stage, else None
+    upstream_json: str | None = None  # dashboard.upstream.stage_info of an upstream stage, else None
+
+
+# Neither a pass nor a failure of the backend: a skip, and an upstream test that fails on CPU too.
+NOT_JUDGED = frozenset({"skipped", "upstream"})
 
 
 def pass_rate(counts: dict[str, int]) -> float | None:
-    """(passed + xfailed + flaky) / tests that were not skipped; None when none ran."""
-    ran = sum(n for o, n in counts.items() if o != "skipped")
+    """(passed + xfailed + flaky + fixed) / tests that were judged (neither skipped nor failing on
+    CPU too); None when none were."""
+    ran = sum(n for o, n in counts.items() if o not in NOT_JUDGED)
     if not ran:
         return None
-    return sum(n for o, n in counts.items() if o != "skipped" and o not in FAILING) / ran
+    return sum(n for o, n in counts.items() if o not in NOT_JUDGED and o not in FAILING) / ran
 
 
 # --- the tests of one run -------------------------------------------------------------
@@ -242,10 +252,13 @@ def digest(tests: list[TestRow], seen_testsets: set[str] | None = None, ids_hash
     of the latest runs needs them)."""
     xfail: dict[str, str] = {}
     ops: dict[str, dict[str, list[str]]] = {}
+    upstream_tests = []
     for t in tests:
         o = t["outcome"]
         if o == "xfailed" or o == "xpassed":
             xfail[t["id"]] = brief(t.get("message", ""))
+        if t["suite"] == upstream.STAGE:
+            upstream_tests.append(t)
         if not with_ops:
             continue
         op = t.get("op")
@@ -256,14 +269,15 @@ def digest(tests: list[TestRow], seen_testsets: set[str] | None = None, ids_hash
                 by_op = ops[op] = {}
             by_op.setdefault(group, []).append(t.get("dtype") or "")
     zipped = _zip_ops(ops) if with_ops else None
+    files = upstream.file_summaries(upstream_tests)
     if ids_hash is not None and seen_testsets is not None and ids_hash in seen_testsets:
-        return Digest(testset=ids_hash, ids=None, xfail=xfail, ops=zipped)
+        return Digest(testset=ids_hash, ids=None, xfail=xfail, ops=zipped, upstream=files)
     ids = sorted({t["id"] for t in tests})
     testset = record_files.ids_hash(ids)
     first_time = seen_testsets is None or testset not in seen_testsets
     if seen_testsets is not None:
         seen_testsets.add(testset)
-    return Digest(testset=testset, ids=ids if first_time else None, xfail=xfail, ops=zipped)
+    return Digest(testset=testset, ids=ids if first_time else None, xfail=xfail, ops=zipped, upstream=files)
 
 
 def testset_digest(record_path: Path) -> Digest | None:
@@ -313,8 +327,13 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
         torch_git=record.torch.git_version, command=record.reproduce(), duration_s=round(max(duration, 0.0), 3),
         pass_rate=pass_rate(counts), stages_json=_compact(stages), counts_json=_compact(counts),
         notable_zjson=zlib.compress(_compact(notable).encode(), 1), problems_json=_compact(record.problems),
-        testset=testset, digest=run_digest, bench_json=_bench(record),
+        testset=testset, digest=run_digest, bench_json=_bench(record), upstream_json=_upstream(record),
     )
+
+
+def _upstream(record: RunRecord) -> str | None:
+    info = upstream.stage_info(record)
+    return _compact(info) if info is not None else None
 
 
 def _bench(record: RunRecord) -> str | None:

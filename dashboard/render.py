@@ -15,17 +15,23 @@ import operator
 import jinja2
 from markupsafe import Markup, escape
 
+from ootci.dashboard import upstream
 from ootci.dashboard.records import FAILING
 from ootci.dashboard.store import Run, safe_name
 
 # Bump when templates or page layout change: the next build re-renders every page.
-RENDERER_VERSION = "11"
-STAGES = ("torch", "build", "install", "autoload", "smoke", "integration")
+RENDERER_VERSION = "12"
+STAGES = ("torch", "build", "install", "autoload", "smoke", "integration", "upstream")
 GLYPH = {"passed": "✓", "failed": "✗", "crashed": "!", "timeout": "◷", "blocked": "–", "skipped": "○",
          "missing": "?"}
 COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "crashed": "#82071e", "timeout": "#bc4c00",
            "blocked": "#8c959f", "skipped": "#afb8c1", "missing": "#bf3989", "unknown": "#8c959f"}
-OUTCOME_ORDER = ("failed", "error", "crashed", "timeout", "xpassed", "flaky", "fixed", "xfailed", "skipped", "passed")
+OUTCOME_ORDER = ("failed", "error", "crashed", "timeout", "xpassed", "flaky", "upstream", "fixed", "xfailed", "skipped",
+                 "passed")
+OUTCOME_LABEL = {"upstream": "fails on CPU too"}
+"""an outcome's name on a filter button, where the bare word would mislead"""
+OTHER_MARK = "†"
+"""the mark on an upstream cell whose files are not the torch's own commit (its title says so)"""
 _RANK = {o: i for i, o in enumerate(OUTCOME_ORDER)}
 LONG_TEXT = 20_000  # characters of a message or log tail shown before cutting
 
@@ -44,7 +50,8 @@ def env() -> jinja2.Environment:
         _env.globals.update(STAGES=STAGES, GLYPH=GLYPH, run_href=run_href, backend_href=backend_href,
                             stage_title=stage_title, sparkline=sparkline, coverage_rows=coverage_rows,
                             history_rows=history_rows, missing_cell=missing_cell,
-                            outcome_class=outcome_class)
+                            outcome_class=outcome_class, OUTCOME_LABEL=OUTCOME_LABEL, OTHER_MARK=OTHER_MARK,
+                            other_commit=other_commit)
     return _env
 
 
@@ -94,7 +101,14 @@ def counts_text(counts: dict[str, int]) -> str:
 def outcome_class(outcome: str) -> str:
     if outcome in FAILING:
         return "bad"
-    return {"passed": "good", "fixed": "good", "flaky": "warn", "xfailed": "muted", "skipped": "muted"}.get(outcome, "muted")
+    return {"passed": "good", "fixed": "good", "flaky": "warn", "xfailed": "muted", "skipped": "muted",
+            "upstream": "upstream"}.get(outcome, "muted")
+
+
+def other_commit(run: Run, name: str = upstream.STAGE) -> str | None:
+    """For the upstream stage's cell of a run whose files are not the torch's own commit: the
+    warning its title starts with (None for any other cell)."""
+    return upstream.other_commit(run.upstream) if name == upstream.STAGE else None
 
 
 def stage_title(stage: dict | None, name: str) -> str:
@@ -264,7 +278,12 @@ def history_rows(runs: list[Run], paged: set[int], root: str) -> Markup:
             stage = by_name.get(name)
             status = esc(stage["status"]) if stage else "none"
             glyph = GLYPH.get(status, "")
-            cells.append(f'<td class="c s-{status}" title="{esc(stage_title(stage, name))}">'
+            title = esc(stage_title(stage, name))
+            other = other_commit(run, name)
+            if other:  # results of another commit's files: the cell says so
+                title = f"{esc(other)} · {title}"
+                glyph += f'<span class="other-mark" title="{esc(other)}">{OTHER_MARK}</span>'
+            cells.append(f'<td class="c s-{status}{" other-commit" if other else ""}" title="{title}">'
                          + (f'<a href="{href}">{glyph}</a>' if href else glyph) + "</td>")
         total = run.total
         tests = f"{total - run.failing}/{total}" if total else "–"

@@ -26,7 +26,7 @@ from ootci.runner.history import history_store
 from ootci.runner import models
 from ootci.runner.core import procs
 
-from ootci.dashboard import analysis, performance, records, render
+from ootci.dashboard import analysis, performance, records, render, upstream
 from ootci.dashboard.records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
 from ootci.dashboard.store import Index, Run, safe_name
 
@@ -383,9 +383,12 @@ class _Build:
                 {"measurement": m.name, "relative": round(m.open_regression.relative, 4),
                  "first_bad": m.open_regression.first_bad.run_id} for m in perf.regressions] if perf else [],
         }
+        # The latest run's upstream suite: read after its run page, which digested its tests.
+        up = upstream.section(latest.upstream, self.index.upstream_files(latest.id) if latest.upstream else None)
+        api["upstream"] = up
         slower = [(m.name, m.open_regression.relative) for m in perf.regressions] if perf else []
         return {"name": name, "latest": latest, "green": green, "spark": main[-analysis.FLAKY_WINDOW:],
-                "api": api, "paged": latest.id in paged, "runs": len(main), "slower": slower}
+                "api": api, "paged": latest.id in paged, "runs": len(main), "slower": slower, "upstream": up}
 
     def _write_backend(self, summary: dict, runs: list[Run], paged: set[int],
                        perf: performance.Section | None = None) -> None:
@@ -414,6 +417,7 @@ class _Build:
                 "last_green": _run_ref(suspect.green), "first_red": _run_ref(suspect.red),
                 "red_runs": suspect.red_runs, "compare_url": suspect.compare_url},
             "new_failures": [{"test": t, "outcome": o} for t, o in changes.new_failures],
+            "new_tests_failing": [{"test": t, "outcome": o} for t, o in changes.new_tests_failing],
             "newly_fixed": [{"test": t, "was": o} for t, o in changes.fixed],
             "flaky": [vars(f) for f in flaky],
             "expected_failures": [{"test": t, "outcome": o, "reason": why} for t, o, why in xfail],
@@ -556,6 +560,7 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
         files.append(target)
         logs[stage.name] = target.rsplit("/", 1)[1]
     ordered, counts = render.sorted_tests(tests)
+    up = upstream.section(upstream.stage_info(record), None if unreadable else upstream.file_summaries(tests))
     # The tests that did not pass are the page; the passed ones (most of a run: 3,700 of OpenReg's
     # 3,800) are a page of their own, linked from it, so the run page stays short and small.
     listed = [t for t in ordered if t["outcome"] != "passed"]
@@ -568,7 +573,7 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
                        counts=[(o, n) for o, n in counts if o != "passed"], listed=len(listed),
                        passed=len(passed), passed_href=passed_page.rsplit("/", 1)[-1],
                        backend_href="../../" + backend_href,
-                       reproduce=record.reproduce(),
+                       reproduce=record.reproduce(), upstream=up,
                        generated=render.now_iso())
     page = f"{base}.html"
     _replace(root / page)

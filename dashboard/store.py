@@ -50,7 +50,9 @@ CREATE TABLE IF NOT EXISTS runs(
   page INTEGER NOT NULL DEFAULT 0,
   page_files TEXT,
   xfail TEXT,
-  bench TEXT
+  bench TEXT,
+  upstream TEXT,
+  upstream_files TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_backend ON runs(backend, started_at);
 CREATE INDEX IF NOT EXISTS runs_by_pr ON runs(pr) WHERE pr IS NOT NULL;
@@ -59,11 +61,12 @@ CREATE TABLE IF NOT EXISTS testsets(hash TEXT PRIMARY KEY, ids BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS backend_cache(backend TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
 
-# Columns every page needs; the big blobs (notable, ops) are fetched only on demand.
+# Columns every page needs; the big blobs (notable, ops, upstream_files) are fetched only on demand.
 LIGHT = ("id, rel, run_id, backend, device, trigger, pr, pr_head_sha, started_at, finished_at, status, torch_spec, "
-         "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, page_files, problems, bench")
+         "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, page_files, problems, "
+         "bench, upstream")
 # The index is a cache of what the records say: a different layout is simply rebuilt.
-INDEX_VERSION = "6"
+INDEX_VERSION = "7"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -97,6 +100,11 @@ class Run:
     @cached_property
     def problems(self) -> list[str]:
         return json.loads(self.row["problems"] or "[]")
+
+    @cached_property
+    def upstream(self) -> dict | None:
+        """What the run's upstream stage says of its files (dashboard.upstream.stage_info), or None."""
+        return json.loads(self.row["upstream"]) if self.row["upstream"] else None
 
     @property
     def files(self) -> list[str]:
@@ -186,12 +194,12 @@ class Index:
         cursor = self.db.execute(
             "INSERT INTO runs(rel, mtime_ns, size, run_id, backend, device, trigger, pr, pr_head_sha, started_at,"
             " finished_at, status, torch_spec, torch_version, torch_git, command, duration_s, pass_rate, stages,"
-            " counts, notable, testset, digested, problems, slug, page, bench)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,0,?)",
+            " counts, notable, testset, digested, problems, slug, page, bench, upstream)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,0,?,?)",
             (s.rel, s.mtime_ns, s.size, s.run_id, s.backend, s.device, s.trigger, s.pr, s.pr_head_sha, s.started_at,
              s.finished_at, s.status, s.torch_spec, s.torch_version, s.torch_git, s.command, s.duration_s,
              s.pass_rate, s.stages_json, s.counts_json, s.notable_zjson, s.testset, s.problems_json, slug,
-             s.bench_json))
+             s.bench_json, s.upstream_json))
         if s.digest is not None:
             self.set_digest(cursor.lastrowid, s.digest)
         return Run(old) if old is not None else None
@@ -202,9 +210,11 @@ class Index:
                             (d.testset, zlib.compress("\n".join(d.ids).encode())))
         # A digest without a testset (unreadable tests) keeps the one record.json gave.
         # ops None: not worked out (only the coverage page needs them, see ops()); b"": none.
-        self.db.execute("UPDATE runs SET digested=1, testset=COALESCE(?, testset), ops=COALESCE(?, ops), xfail=?"
-                        " WHERE id=?",
-                        (d.testset, d.ops, json.dumps(d.xfail) if d.xfail else None, run_id))
+        # upstream None: not at hand (NO_TESTS, a test set without results); {}: no upstream tests.
+        self.db.execute("UPDATE runs SET digested=1, testset=COALESCE(?, testset), ops=COALESCE(?, ops), xfail=?,"
+                        " upstream_files=COALESCE(?, upstream_files) WHERE id=?",
+                        (d.testset, d.ops, json.dumps(d.xfail) if d.xfail else None,
+                         None if d.upstream is None else json.dumps(d.upstream, separators=(",", ":")), run_id))
 
     def _digested(self, run_id: int, with_ops: bool = False) -> None:
         """Read the run's tests now if no build has needed them yet (see `digester`)."""
@@ -302,6 +312,13 @@ class Index:
         self._digested(run_id)
         row = self.db.execute("SELECT xfail FROM runs WHERE id=?", (run_id,)).fetchone()
         return json.loads(row[0]) if row and row[0] else {}
+
+    def upstream_files(self, run_id: int) -> dict[str, dict] | None:
+        """The run's upstream counts per file (dashboard.upstream.file_summaries), None when its
+        tests are not at hand."""
+        self._digested(run_id)
+        row = self.db.execute("SELECT upstream_files FROM runs WHERE id=?", (run_id,)).fetchone()
+        return json.loads(row[0]) if row and row[0] is not None else None
 
     def ops(self, run_id: int) -> dict[str, dict[str, list[str]]]:
         self._digested(run_id, with_ops=True)

@@ -14,6 +14,8 @@ from playwright.sync_api import expect
 
 from ootci.dashboard import site, synthetic
 from ootci.runner import models
+from ootci.runner.torch_supply.torch_tests import UpstreamTests
+from tests.dashboard.upstream_records import night_tests, upstream_stage_of
 from tests.support.static_site import CHROMIUM_ARGS, chromium_path, serve
 
 pytestmark = pytest.mark.skipif(chromium_path() is None,
@@ -29,6 +31,9 @@ HOSTILE_MSG = '<img src=x onerror="window.__pwned = 2; alert(2)"> Ünïcödé �
 HOSTILE_CAUSE = "<svg onload=alert(3)>boom</svg>"
 # An expected failure's message longer than the backend page shows: cut at a word, with an ellipsis.
 LONG_REASON = "expected failure: differs from CPU by up to 8 ulp " + "Mismatched elements: 1 / 18 (5.6%) " * 12
+# Upstream files from a folder at another commit than the torch's, at a path no page may run.
+HOSTILE_TEST_DIR = "/home/<script>window.__pwned = 6</script>/test"
+NOT_OWN = "These files are not from the torch's own commit:"
 
 
 def hostile_record():
@@ -50,6 +55,10 @@ def hostile_record():
     smoke.root_cause = models.RootCause(kind="exception", summary=HOSTILE_CAUSE, hint="<b>not bold</b>")
     record.status = record.status.failed
     record.torch.git_version = "javascript:alert(5)"
+    upstream = night_tests(1)
+    record.tests.extend(upstream)
+    record.stages.append(upstream_stage_of(upstream, UpstreamTests(
+        test_dir=Path(HOSTILE_TEST_DIR), origin="given", commit=synthetic.torch_commit(19), torch_commit=None)))
     return record
 
 
@@ -266,8 +275,14 @@ def test_run_page_without_javascript_shows_every_row(browser, base):
 
 def test_hostile_text_stays_inert_and_readable(page, base):
     page.goto(urljoin(base, "index.html"))
+    # Its upstream files are another commit's: the index's upstream cell is marked, and says so.
+    other = page.locator("#backends tbody tr", has_text="evil<b>end").locator("td.c.other-commit")
+    assert other.count() == 1 and other.get_attribute("title").startswith(f"{NOT_OWN} files from {HOSTILE_TEST_DIR}")
     follow(page, page.get_by_role("link", name="evil<b>end", exact=True))
     assert page.locator("h1").inner_text().startswith("evil<b>end")
+    banner = page.locator("#upstream .upstream-banner")
+    expect(banner).to_be_visible()
+    assert banner.inner_text().startswith(f"{NOT_OWN} files from {HOSTILE_TEST_DIR}")
     assert page.locator("#culprit a.ext").count() == 0  # a non-hex commit is never linked
     reason = page.locator("#xfail li", has_text="test_long_reason").locator(".muted").inner_text()
     assert reason.endswith("…") and len(reason) < 320, reason
@@ -276,6 +291,7 @@ def test_hostile_text_stays_inert_and_readable(page, base):
     follow(page, page.locator("#history tbody tr th a").first)
 
     assert page.locator("h1").inner_text().startswith("evil-<i>run</i>")
+    expect(page.locator("#upstream .upstream-banner")).to_be_visible()
     # The id stands in the "What is new" box (a new failure) and in the tests table, inert in both.
     shown = page.get_by_text(HOSTILE_ID, exact=True)
     assert shown.count() == 2 and all(shown.nth(i).is_visible() for i in range(2))
