@@ -94,10 +94,11 @@ def run(ctx: RunContext) -> StageResult:
     for problem in problems:
         if problem not in ctx.record.problems:
             ctx.record.problems.append(problem)
-    return _result(tests, upstream, results, problems)
+    return result_of(tests, upstream, results, problems)
 
 
-def _result(tests: torch_tests.UpstreamTests, upstream, results, problems: list[str]) -> StageResult:
+def result_of(tests: torch_tests.UpstreamTests, upstream, results, problems: list[str]) -> StageResult:
+    """The stage's record of files that ran: its status, summary, counts, root cause and data."""
     counts = junit.count_by_outcome(results)
     timed_out = any(f.status is Status.timeout for f in upstream.files)
     status = Status.passed

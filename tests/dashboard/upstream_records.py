@@ -1,5 +1,5 @@
 """RunRecords with an upstream stage, shaped by the runner's own code: the stage's data comes from
-runner/stages/upstream.py (`_result`, what `ootci run` records after the files ran) over
+runner/stages/upstream.py (`result_of`, what `ootci run` records after the files ran) over
 runner/torch_supply/torch_tests.UpstreamTests and runner/suite_runs/upstream_runs' FileRun, so a
 change of the record's shape reaches these tests; the offline stage is built the way the stage
 builds it when the torch repository cannot be reached."""
@@ -77,7 +77,7 @@ def upstream_stage_of(tests: list[TestResult], source: UpstreamTests) -> StageRe
                              rerun=sum(1 for t in results if t.outcome is Outcome.upstream or not t.outcome.ok),
                              failed_on_cpu=sum(1 for t in results if t.outcome is Outcome.upstream)))
     run = UpstreamRun(files, Path("/runs/x/junit/upstream.xml"), second_opinion_s=3.0)
-    return upstream_stage._result(source, run, tests, [])
+    return upstream_stage.result_of(source, run, tests, [])
 
 
 def fetched(night: int) -> UpstreamTests:
