@@ -178,7 +178,8 @@ def _fetch_into(where: Path, repository: str, ref: str, log: Path | None) -> dic
         shutil.rmtree(part, ignore_errors=True)
         what = f"PyTorch's test files at {ref} from {repository}"
         if _UNREACHABLE.search(exc.detail):
-            raise UpstreamUnreachable(f"cannot fetch {what}: {repository} cannot be reached ({exc.detail})") from None
+            why = re.sub(r"^fatal: unable to access '[^']*': ", "", exc.detail)
+            raise UpstreamUnreachable(f"{repository} cannot be reached ({why}), so {what} were not fetched") from None
         raise UpstreamTestsError(f"cannot fetch {what}: {exc.detail}") from None
     if not (part / "test").is_dir():
         shutil.rmtree(part, ignore_errors=True)
