@@ -59,6 +59,8 @@ _MISSING_MODULE = re.compile(r"ModuleNotFoundError|No module named")
 # pytest exit codes after which the session ran to its end.
 _SESSION_ENDED = {0, 1, 5}
 _EXIT_MEANING = {2: "interrupted", 3: "internal error", 4: "usage error"}
+NOT_REACHED = "not run: the suite process stopped before reaching it"
+"""the message of a collected test the suite's process never got to (an error)"""
 
 
 @dataclass
@@ -421,7 +423,7 @@ class SuiteRunner:
         result.not_reached = never_ran
         for test_id in sorted(never_ran):
             result.cases[test_id] = JUnitCase(test_id, Outcome.error,
-                                              message="not run: the suite process stopped before reaching it")
+                                              message=NOT_REACHED)
         return result
 
     def _test_in_progress(self, progress_dir: Path, finished: dict[str, JUnitCase]) -> dict | None:

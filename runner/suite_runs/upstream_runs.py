@@ -43,15 +43,17 @@ from ootci.runner.manifests.manifest import Manifest, UpstreamSuite
 from ootci.runner.models import Outcome, RootCause, Status, TestResult
 from ootci.runner.records.upstream_files import SUITE, file_of
 from ootci.runner.suite_runs import classify, junit
-from ootci.runner.suite_runs.suite_runner import SUITES_DIR, SuiteRun, SuiteRunner, SuiteSpec, first_failing_test
+from ootci.runner.suite_runs.suite_runner import (NOT_REACHED, SUITES_DIR, SuiteRun, SuiteRunner, SuiteSpec,
+                                                  first_failing_test)
+
 CPU_TWIN = "@cpu"
-"""how the second opinion names a test's CPU copy (runner/suites/device_type_ids.py)"""
+"""how the CPU's opinion names a test's CPU copy; kept in step with runner/suites/device_type_ids.py,
+which runs in the environment under test (a test checks the two)"""
 
 INI = SUITES_DIR / "upstream" / "pytest.ini"
 PLUGIN = "ootci_upstream"
 CPU = "cpu"
 MISSING_MODULE_HINT = "list its package in `requirements` of [suites.upstream] in the manifest"
-NOT_REACHED = "not run: the suite process stopped before reaching it"
 # Before 2.5, PYTORCH_TESTING_DEVICE_ONLY_FOR knew a PrivateUse1 backend only as `privateuse1`
 # (pytorch#133082 taught it the backend's own name).
 NAMED_SELECTION_SINCE = Version("2.5")

@@ -210,3 +210,4 @@ def test_a_backend_that_breaks_import_torch_is_the_cause_not_upstream(make_env, 
     ops = tests[fake_upstream.OPS]
     assert ops.outcome is Outcome.error and "Failed to load the backend extension: torch_raises" in ops.message
     assert tests[fake_upstream.BROKEN_FILE].outcome is Outcome.upstream
+
