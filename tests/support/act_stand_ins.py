@@ -9,8 +9,9 @@ it, in $OOTCI_ACT_DIR:
   `overwrite`; hidden files stay out unless `include-hidden-files`; a download without a token and
   a run id sees only what this attempt uploaded; `pattern` is a glob with `{a,b}` alternatives, and
   each match goes to `path/<name>/` unless `merge-multiple`;
-- Pages (`upload-pages-artifact` tars the site into an artifact; `deploy-pages` unpacks the named
-  artifact, of any attempt, into `site/`, the deployed site);
+- Pages (`upload-pages-artifact` tars the site into an artifact, hidden files left out unless
+  `include-hidden-files`, as v5 does; `deploy-pages` unpacks the named artifact, of any attempt, into
+  `site/`, the deployed site);
 - the cache keeps keys, not contents (`cache/<key>.json`: the paths, files and bytes saved):
   every restore misses, and a key is saved once; what a test reads is what was saved under which key;
 - setup-python: the Python first on PATH stands in for the toolcache's.
@@ -74,9 +75,8 @@ STAND_INS = {
     "actions/cache/save": _action("actions/cache/save", "cache-save", {"path": "", "key": ""}, ()),
     "actions/upload-pages-artifact": _action(
         "actions/upload-pages-artifact", "upload-pages-artifact",
-        {"path": "_site/", "name": "github-pages", "retention-days": "1"}, ("artifact_id",)),
-    "actions/configure-pages": _action("actions/configure-pages", "configure-pages", {"enablement": "false"},
-                                       ("base_url", "origin", "host", "base_path")),
+        {"path": "_site/", "name": "github-pages", "retention-days": "1", "include-hidden-files": "false"},
+        ("artifact_id",)),
     "actions/deploy-pages": _action("actions/deploy-pages", "deploy-pages",
                                     {"artifact_name": "github-pages", "token": ""}, ("page_url",)),
 }
@@ -276,17 +276,13 @@ def upload_pages_artifact() -> None:
     with tarfile.open(scratch / "artifact.tar", "w") as tar:
         for path in sorted(site.rglob("*")):
             relative = path.relative_to(site)
-            if relative.parts[0] not in (".git", ".github"):
-                tar.add(path, arcname=f"./{relative.as_posix()}", recursive=False)
+            # v5 leaves every hidden file out unless asked to keep them; .git and .github always.
+            if relative.parts[0] in (".git", ".github") or (_hidden(relative) and not _flag("include-hidden-files")):
+                continue
+            tar.add(path, arcname=f"./{relative.as_posix()}", recursive=False)
     name = _input("name") or "github-pages"
     _store(name, scratch, [scratch / "artifact.tar"], overwrite=False)
     _output(artifact_id=name)
-
-
-def configure_pages() -> None:
-    owner, _, repo = os.environ.get("GITHUB_REPOSITORY", "owner/repo").partition("/")
-    _output(base_url=f"https://{owner}.github.io/{repo}", origin=f"https://{owner}.github.io", host=f"{owner}.github.io",
-            base_path=f"/{repo}")
 
 
 def deploy_pages() -> None:
@@ -319,7 +315,7 @@ def setup_python() -> None:
 
 KINDS = {"setup-python": setup_python, "upload-artifact": upload_artifact, "download-artifact": download_artifact,
          "cache-restore": cache_restore, "cache-save": cache_save, "upload-pages-artifact": upload_pages_artifact,
-         "configure-pages": configure_pages, "deploy-pages": deploy_pages}
+         "deploy-pages": deploy_pages}
 
 
 def main(argv: list[str]) -> int:

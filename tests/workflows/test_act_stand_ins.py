@@ -130,9 +130,14 @@ def test_pages_deploys_the_named_artifact_of_any_attempt(job):
     (workspace / "site" / "backends").mkdir(parents=True)
     (workspace / "site" / "index.html").write_text("<h1>ootci</h1>")
     (workspace / "site" / "backends" / "openreg.html").write_text("openreg")
+    (workspace / "site" / ".nojekyll").write_text("")  # hidden: upload-pages-artifact v5 leaves it out
     assert step("upload-pages-artifact", attempt=1, PATH="site", NAME="github-pages-1")[0].returncode == 0
     with tarfile.open(state / "artifacts" / "github-pages-1" / "artifact.tar") as tar:
         assert sorted(tar.getnames()) == ["./backends", "./backends/openreg.html", "./index.html"]
+    assert step("upload-pages-artifact", PATH="site", NAME="github-pages-hidden", INCLUDE_HIDDEN_FILES="true")[
+        0].returncode == 0
+    with tarfile.open(state / "artifacts" / "github-pages-hidden" / "artifact.tar") as tar:
+        assert "./.nojekyll" in tar.getnames()
     done, outputs = step("deploy-pages", attempt=2, ARTIFACT_NAME="github-pages-1")
     assert done.returncode == 0 and outputs["page_url"] == "https://ootci.github.io/ootci/"
     assert (state / "site" / "backends" / "openreg.html").read_text() == "openreg"

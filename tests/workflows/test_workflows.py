@@ -141,6 +141,81 @@ def test_each_action_is_pinned_to_one_commit_everywhere():
     assert {action: sorted(shas) for action, shas in pins.items() if len(shas) > 1} == {}
 
 
+# What each pinned action runs on, as its own action.yml at the pinned release declares it: read from
+# the action's repository at the tag (`git show <tag>:action.yml`, `git rev-parse <tag>^{commit}`),
+# where tests cannot reach it. GitHub made Node 24 the runners' default on 2026-06-02 and removes Node 20
+# on 2026-09-16. A composite action lists the JavaScript actions it runs itself, pinned as it pins them.
+PINNED_ACTIONS: dict[str, tuple[str, str, str, tuple[tuple[str, str, str], ...]]] = {
+    # action: (version, commit, runs.using, (nested action, its commit, its runs.using), ...)
+    "actions/checkout": ("v5.0.0", "08c6903cd8c0fde910a37f88322edcfb5dd907a8", "node24", ()),
+    "actions/setup-python": ("v7.0.0", "5fda3b95a4ea91299a34e894583c3862153e4b97", "node24", ()),
+    "actions/download-artifact": ("v8.0.1", "3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "node24", ()),
+    "actions/upload-artifact": ("v7.0.0", "bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "node24", ()),
+    "actions/cache/restore": ("v5.0.5", "27d5ce7f107fe9357f9df03efb73ab90386fccae", "node24", ()),
+    "actions/cache/save": ("v5.0.5", "27d5ce7f107fe9357f9df03efb73ab90386fccae", "node24", ()),
+    "actions/deploy-pages": ("v5.0.0", "cd2ce8fcbc39b97be8ca5fce6e763baed58fa128", "node24", ()),
+    # v3.0.1 ran `actions/upload-artifact@v4` (node20, and unpinned); v5.0.0 pins v7.0.0.
+    "actions/upload-pages-artifact": ("v5.0.0", "fc324d3547104276b827a68afc52ff2a11cc49c9", "composite", (
+        ("actions/upload-artifact", "bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "node24"),)),
+    # A container action (`docker`) in every release of its repository read here (to v1.8.14; the pinned
+    # v1.14.2 is newer than that copy): it never ran on Node.
+    "pypa/gh-action-pypi-publish": ("v1.14.2", "dc37677b2e1c63e2034f94d8a5b11f265b73ba33", "docker", ()),
+}
+"""actions/configure-pages is not here: its newest release, v5.0.0, still declares node20, and the
+deploy jobs do not need it (it reads the Pages settings and configures site generators; deploy-pages
+deploys the artifact by itself), so it was dropped rather than kept on Node 20."""
+
+PINNED_USE = re.compile(r"uses:\s*([\w.-]+/[\w./-]+)@([0-9a-f]{40}) # (v[\w.]+)")
+
+
+def test_every_pinned_action_is_a_release_that_runs_on_node_24():
+    """Defect of issue 43: setup-python v5.6.0, download-artifact v4.3.0, upload-artifact v4.6.2, cache
+    v4.3.0, configure-pages v5.0.0, deploy-pages v4.0.5 and upload-pages-artifact v3.0.1 declared node20."""
+    pinned = {}
+    for path in [*ALL_WORKFLOWS, *ACTIONS]:
+        for action, sha, version in PINNED_USE.findall(path.read_text()):
+            if action.startswith("ootci/ootci/"):
+                continue  # the examples' placeholder pin of ootci itself
+            pinned[action] = (version, sha)
+    assert pinned == {action: (version, sha) for action, (version, sha, _, _) in PINNED_ACTIONS.items()}, \
+        "a pin changed: read the new release's action.yml and update PINNED_ACTIONS"
+    for action, (version, _, using, nested) in PINNED_ACTIONS.items():
+        for name, runs_on in ((action, using), *((n, u) for n, _, u in nested)):
+            assert runs_on in ("node24", "composite", "docker"), f"{action} {version}: {name} runs on {runs_on}"
+        assert (using == "composite") or not nested
+
+
+def _action_repositories() -> Path | None:
+    """Git directories of the actions' repositories (`<owner>+<name>/repo`), when at hand."""
+    import os
+    given = os.environ.get("OOTCI_ACTION_REPOSITORIES")
+    return Path(given) if given and Path(given).is_dir() else None
+
+
+@pytest.mark.skipif(_action_repositories() is None,
+                    reason="the actions' repositories are not at hand (OOTCI_ACTION_REPOSITORIES: a directory of "
+                           "<owner>+<name>/repo git directories)")
+@pytest.mark.parametrize("action", sorted(PINNED_ACTIONS))
+def test_the_table_is_what_each_actions_own_repository_says(action):
+    root = _action_repositories()
+    assert root is not None
+    owner, name, *subpath = action.split("/")
+    git_dir = root / f"{owner}+{name}" / "repo"
+    version, sha, using, nested = PINNED_ACTIONS[action]
+    if not git_dir.is_dir():
+        pytest.skip(f"{owner}/{name} is not among the repositories at hand")
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True).stdout
+    if not git("tag", "--list", version).strip():
+        pytest.skip(f"{owner}/{name} at hand has no tag {version}")
+    assert git("rev-parse", f"{version}^{{commit}}").strip() == sha
+    action_yml = YAML(typ="safe").load(git("show", f"{sha}:{'/'.join([*subpath, 'action.yml'])}"))
+    assert action_yml["runs"]["using"] == using
+    inner = [s["uses"] for s in action_yml["runs"].get("steps", []) if "uses" in s]
+    assert [tuple(u.split("@")) for u in inner] == [(n, c) for n, c, _ in nested]
+
+
 @pytest.mark.parametrize("path", [*ALL_WORKFLOWS, *ACTIONS], ids=lambda p: str(p.relative_to(REPO)))
 def test_no_expression_inside_run_and_no_persisted_credentials(path):
     for step in steps_of(path):
@@ -171,8 +246,8 @@ def test_every_remote_action_an_act_run_meets_has_a_working_stand_in():
 
 
 PRIVILEGED_JOBS = {
-    "deploy": ["actions/configure-pages", "actions/deploy-pages"],
-    "deploy-bisections": ["actions/configure-pages", "actions/deploy-pages"],
+    "deploy": ["actions/deploy-pages"],
+    "deploy-bisections": ["actions/deploy-pages"],
     "publish": ["actions/download-artifact", "pypa/gh-action-pypi-publish"],
     # The relay authenticates a report by the OIDC token of the job that sends it.
     "relay-start": ["actions/checkout", "$/actions/setup", "$/actions/relay-report"],
