@@ -1254,6 +1254,58 @@ def runs_when(condition, status: str, **contexts) -> bool:
     return bool(evaluate(text, **contexts))
 
 
+def needs_of(job: dict) -> list[str]:
+    needs = job.get("needs", [])
+    return [needs] if isinstance(needs, str) else list(needs)
+
+
+def ancestors(jobs: dict, name: str) -> set[str]:
+    """Every job `name` needs, directly or through the jobs it needs."""
+    found: set[str] = set()
+    todo = needs_of(jobs[name])
+    while todo:
+        job = todo.pop()
+        if job not in found:
+            found.add(job)
+            todo += needs_of(jobs[job])
+    return found
+
+
+def job_runs(jobs: dict, name: str, results: dict[str, str], **contexts) -> bool:
+    """Whether GitHub starts job `name` after jobs finished with `results`. Without a status function
+    its `if:` gets success(), which GitHub evaluates over every job it needs, directly or not
+    (actions/runner#2205): a failed or skipped job anywhere up the chain skips it."""
+    chain = [results[a] for a in ancestors(jobs, name) if a in results]
+    status = "cancelled" if "cancelled" in chain else "failure" if {"failure", "skipped"} & set(chain) else "success"
+    needs = {a: {"result": results.get(a, "success"), "outputs": {}} for a in needs_of(jobs[name])}
+    return runs_when(jobs[name].get("if"), status, needs=needs, **contexts)
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
+def test_a_job_after_one_that_runs_despite_failures_says_itself_when_it_runs(path):
+    """Issue 43: nightly's deploy had `needs: publish` and no `if:`. publish runs after a failed backend
+    job, but deploy's implicit success() covers the whole chain, so a red night never reached Pages.
+    Every job that needs one which runs despite failures has a status function of its own."""
+    jobs = load(path)["jobs"]
+    for name, job in jobs.items():
+        tolerant = [n for n in needs_of(job) if STATUS_FUNCTIONS.search(str(jobs[n].get("if", "")))]
+        if tolerant:
+            assert STATUS_FUNCTIONS.search(str(job.get("if", ""))), \
+                f"{path.name}: {name} needs {tolerant}, which run(s) after failures, but gets success() of the chain"
+
+
+def test_a_red_night_is_published_and_deployed():
+    jobs = load(NIGHTLY)["jobs"]
+    red = {"plan": "success", "backend": "failure"}
+    assert job_runs(jobs, "publish", red, inputs={})
+    assert job_runs(jobs, "deploy", {**red, "publish": "success"})
+    assert not job_runs(jobs, "deploy", {**red, "publish": "failure"})
+    assert not job_runs(jobs, "deploy", {"plan": "success", "backend": "cancelled", "publish": "success"})
+    # The same for a PR run whose backend failed, and for the collector.
+    pr_jobs = load(REPO / ".github" / "workflows" / "pytorch-pr.yml")["jobs"]
+    assert job_runs(pr_jobs, "deploy", {"ootci": "failure", "publish": "success"})
+
+
 def permissive_steps(job: dict, **outputs) -> dict:
     """Every step of a job as having run and succeeded, with the given outputs (cache misses)."""
     return {step["id"]: {"outcome": "success", "conclusion": "success",
