@@ -572,6 +572,16 @@ def test_a_re_run_deploys_the_site_of_its_own_attempt(name):
     assert len(set(names)) == len(names)
 
 
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
+def test_a_failed_deploy_can_be_re_run_the_next_day(path):
+    """Issue 43: upload-pages-artifact keeps its artifact one day unless told otherwise, so "Re-run
+    failed jobs" of a deploy that failed overnight found no site to deploy the next morning. Every
+    Pages artifact is kept for a week (GitHub takes 1 to 90 days, or less where the repository says so)."""
+    for step in steps_of(path):
+        if step.get("uses", "").startswith("actions/upload-pages-artifact@"):
+            assert int(step["with"].get("retention-days", 1)) >= 7, f"{path.name}: {step['with']['name']}"
+
+
 def test_the_bisections_reach_the_page_the_same_night():
     jobs = load(NIGHTLY)["jobs"]
     steps = jobs["publish-bisections"]["steps"]
