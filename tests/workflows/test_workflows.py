@@ -421,6 +421,30 @@ def test_bisect_keeps_its_record_when_the_bisection_fails():
     assert [s["run"].count("ootci history pull") for s in tokens] == [1]
 
 
+def test_each_bisection_of_a_night_uploads_an_artifact_of_its_own():
+    """Issue 43: `ootci bisect --turned-red` lists a backend once for turning red and once more for each
+    bench measurement that got slower, and bisect.yml named every one `ootci-bisect-<backend>-<run>-
+    <attempt>`: upload-artifact v4 and later refuse a second artifact of one name in an attempt, so all
+    but one bisection of that backend were lost. The measurement is part of the name."""
+    from ootci.runner.stages.report import artifact_name
+
+    [verdict] = [s for s in load(BISECT)["jobs"]["bisect"]["steps"] if s.get("id") == "verdict"]
+    night = [{"backend": "openreg", "perf": ""}, {"backend": "openreg", "perf": "add_tiny"},
+             {"backend": "openreg", "perf": "nn.functional.conv2d"}, {"backend": "acme-npu", "perf": ""}]
+    names = [artifact_name(evaluate_template(verdict["env"]["ARTIFACT"], inputs=entry,
+                                             github={"run_id": "4711", "run_attempt": "1"})) for entry in night]
+    assert len(set(names)) == len(night), names
+    assert all(n.startswith("ootci-bisect-") and n.endswith("-4711-1") for n in names)  # publish-bisections' pattern
+    # The nightly passes each entry's measurement on.
+    assert load(NIGHTLY)["jobs"]["bisect"]["with"]["perf"] == "${{ matrix.perf }}"
+
+
+def evaluate_template(text: str, **contexts) -> str:
+    """A `${{ }}` template (text with expressions in it) as GitHub renders it."""
+    from tests.support.gh_expr import to_string
+    return re.sub(r"\$\{\{(.*?)\}\}", lambda m: to_string(evaluate(m.group(1), **contexts)), text)
+
+
 def test_bisect_pulls_the_history_for_run_ids_as_ootci_bisect_reads_them():
     from ootci.runner.bisection.bisect import RUN_ID
 
