@@ -1166,6 +1166,15 @@ def test_backend_outputs_name_the_merged_record_when_sharded_and_the_runs_otherw
     assert output("status", 3, shard, {}) == "missing" and output("artifact", 3, shard, {}) == ""
 
 
+def test_a_job_that_died_before_publishing_is_missing_unsharded_too():
+    """Issue 43: with one shard, a job that died before `publish-results` (its container did not
+    start, the devices were refused) left `status` empty instead of the documented `missing`."""
+    value = load(BACKEND)["on"]["workflow_call"]["outputs"]["status"]["value"]
+    for shards in (1, 2):
+        assert evaluate(value, inputs={"shards": shards}, jobs={"run": {"outputs": {}}, "merge": {"outputs": {}}}) \
+            == "missing", shards
+
+
 def shard_group_of(backend_name: str, suffix: str, run_id: str = "123456789") -> str:
     """The shard group backend.yml's step works out, run in bash as GitHub would."""
     [step] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "shard-group"]
