@@ -1337,6 +1337,35 @@ def test_a_job_after_one_that_runs_despite_failures_says_itself_when_it_runs(pat
                 f"{path.name}: {name} needs {tolerant}, which run(s) after failures, but gets success() of the chain"
 
 
+def matrix_source(job: dict) -> tuple[str, str, bool] | None:
+    """(job, output) whose JSON makes the job's matrix, and whether it is the whole matrix (else its
+    include list), for a job whose matrix comes from another job's output."""
+    matrix = job.get("strategy", {}).get("matrix", {})
+    whole = isinstance(matrix, str)
+    text = matrix if whole else str(matrix.get("include", "")) if isinstance(matrix, dict) else ""
+    found = re.search(r"fromJSON\(needs\.([\w-]+)\.outputs\.([\w-]+)\)", text)
+    return (found.group(1), found.group(2), whole) if found else None
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
+def test_an_empty_matrix_skips_its_jobs_instead_of_failing_the_run(path):
+    """Issue 43: `ootci matrix` prints {"include": []} when every backend is left out (pinned to
+    another torch), and GitHub fails the whole run on a job whose matrix has no combination. Such a
+    job is skipped by its own `if:` instead; with one combination it runs."""
+    jobs = load(path)["jobs"]
+    for name, job in jobs.items():
+        source = matrix_source(job)
+        if source is None:
+            continue
+        producer, output, whole = source
+        one = [{"name": "openreg", "backend": "openreg"}]
+        for entries, runs in (([], False), (one, True)):
+            value = json.dumps({"include": entries} if whole else entries)
+            needs = {n: {"result": "success", "outputs": {"action": "run", output: value}} for n in needs_of(job)}
+            assert runs_when(job.get("if"), "success", needs=needs, inputs={}, github={}) is runs, \
+                f"{path.name}: {name} with {value}"
+
+
 def test_a_red_night_is_published_and_deployed():
     jobs = load(NIGHTLY)["jobs"]
     red = {"plan": "success", "backend": "failure"}
