@@ -1565,6 +1565,19 @@ def test_no_schedule_sits_on_the_minutes_github_delays_or_drops(path):
         assert not minute.startswith("*/") and "0" not in minute.split(","), f"{path.name}: {entry['cron']}"
 
 
+CRON = re.compile(r"`((?:[\d*/,-]+ ){4}[\d*/,-]+)`")
+
+
+def test_the_docs_give_each_schedule_as_the_workflows_have_it():
+    """Issue 43: docs/workflows.md said `*/30 * * * *` for the collector, which moved to :13 and :43."""
+    crons = {entry["cron"] for path in [*WORKFLOWS, *EXAMPLES]
+             for entry in (load(path)["on"] or {}).get("schedule", []) or []}
+    for doc in (REPO / "docs" / "workflows.md", REPO / "README.md"):
+        named = set(CRON.findall(doc.read_text()))
+        assert named <= crons, f"{doc.name} names schedules no workflow has: {sorted(named - crons)}"
+    assert "13,43 * * * *" in CRON.findall((REPO / "docs" / "workflows.md").read_text())
+
+
 def test_the_pr_path_is_a_reusable_workflow_a_vendor_calls_with_its_manifest():
     doc = load(PR)
     assert set(doc["on"]) == {"workflow_call"}
