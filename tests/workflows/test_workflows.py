@@ -918,6 +918,19 @@ def test_every_caller_passes_the_devices_of_the_backends_runner():
         assert json.loads(evaluate(expression, vars={"OOTCI_DEVICES": '{"ascend-npu": ["davinci4"]}'},
                                    matrix={key: "gaudi-hpu"})) == []
 
+def test_the_pr_path_hands_a_vendors_secrets_and_devices_to_its_backend_jobs():
+    """Issue 43: pr.yml declared no secrets, and `secrets: inherit` does not cross organisations, so a
+    backend with a private package index or image could not run a single PR; the vendor example passed
+    no devices either."""
+    wanted = set(load(BACKEND)["on"]["workflow_call"]["secrets"])
+    declared = load(PR)["on"]["workflow_call"].get("secrets") or {}
+    assert set(declared) == wanted and not any(spec.get("required") for spec in declared.values())
+    assert load(PR)["jobs"]["backend"].get("secrets") == {name: f"${{{{ secrets.{name} }}}}" for name in wanted}
+    [job] = load(REPO / "examples" / "vendor-pytorch-pr.yml")["jobs"].values()
+    assert set(job.get("secrets") or {}) == wanted
+    assert job["with"]["devices"] == "${{ vars.OOTCI_DEVICES }}"
+
+
 def test_backend_login_shell_is_the_default_shell_and_the_shell_of_ootci_run():
     inputs = load(BACKEND)["on"]["workflow_call"]["inputs"]
     assert (inputs["login-shell"]["type"], inputs["login-shell"]["default"]) == ("boolean", False)
