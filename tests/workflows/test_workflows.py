@@ -931,6 +931,26 @@ def test_the_pr_path_hands_a_vendors_secrets_and_devices_to_its_backend_jobs():
     assert job["with"]["devices"] == "${{ vars.OOTCI_DEVICES }}"
 
 
+def test_a_pr_report_compares_with_the_nightlies_of_the_history_the_caller_names():
+    """Issue 43: relay-end read the data branch of the calling (vendor's) repository, which has none, so a
+    vendor's reports never had "new failures" or `slower_than_nightly`. pr.yml takes bisect.yml's
+    `history-repository` and `history-branch`, and the vendor example names ootci's data branch."""
+    inputs = load(PR)["on"]["workflow_call"]["inputs"]
+    bisect_inputs = load(BISECT)["on"]["workflow_call"]["inputs"]
+    for name in ("history-branch", "history-repository"):
+        assert inputs[name]["default"] == bisect_inputs[name]["default"]
+    [pull] = [s for s in load(PR)["jobs"]["relay-end"]["steps"] if "ootci history pull" in s.get("run", "")]
+    assert pull["run"] == 'ootci history pull "$RUNNER_TEMP/history" --branch "$BRANCH" ${REMOTE:+--remote "$REMOTE"}'
+    github = {"server_url": "https://github.com"}
+    remote = pull["env"]["REMOTE"]
+    assert evaluate(remote, inputs={"history-repository": "ootci/ootci"}, github=github) == \
+        "https://github.com/ootci/ootci.git"
+    assert evaluate(remote, inputs={"history-repository": ""}, github=github) == ""
+    assert evaluate(pull["env"]["BRANCH"], inputs={"history-branch": "ootci-data"}) == "ootci-data"
+    [job] = load(REPO / "examples" / "vendor-pytorch-pr.yml")["jobs"].values()
+    assert evaluate(job["with"]["history-repository"], vars={}) == "ootci/ootci"
+
+
 def test_backend_login_shell_is_the_default_shell_and_the_shell_of_ootci_run():
     inputs = load(BACKEND)["on"]["workflow_call"]["inputs"]
     assert (inputs["login-shell"]["type"], inputs["login-shell"]["default"]) == ("boolean", False)
