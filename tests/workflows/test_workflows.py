@@ -606,6 +606,27 @@ def test_a_failed_deploy_can_be_re_run_the_next_day(path):
             assert int(step["with"].get("retention-days", 1)) >= 7, f"{path.name}: {step['with']['name']}"
 
 
+def test_every_publisher_accepts_only_the_records_its_own_run_can_have_made():
+    """Issue 43, forged records: pytorch-pr.yml's publish (contents: write) pushed every `ootci-run-*`
+    artifact it downloaded, and the PR's code can upload artifacts into its own run: a forged
+    `nightly` record reached the data branch, the page and the next night's bisections. Each publisher
+    hands `ootci` what its run makes (the refusal itself: tests/dashboard/test_publish.py)."""
+    def publish_step(path: Path, job: str) -> dict:
+        [step] = [s for s in load(path)["jobs"][job]["steps"] if s.get("uses") == "$/actions/update-dashboard"]
+        return step["with"]
+
+    pr = publish_step(REPO / ".github" / "workflows" / "pytorch-pr.yml", "publish")
+    assert pr["accept-trigger"] == "pr" and pr["accept-pr"] == "${{ needs.ootci.outputs.pr }}"
+    nightly = load(NIGHTLY)["jobs"]
+    [fill] = [s for s in nightly["publish"]["steps"] if "fill-missing" in s.get("run", "")]
+    assert publish_step(NIGHTLY, "publish")["accept-trigger"] == nightly["backend"]["with"]["trigger"] \
+        == fill["env"]["TRIGGER"]
+    # The action hands them to the one command that merges and pushes.
+    [step, _] = load(UPDATE_DASHBOARD)["runs"]["steps"]
+    assert '${ACCEPT_TRIGGER:+--accept-trigger "$ACCEPT_TRIGGER"} ${ACCEPT_PR:+--accept-pr "$ACCEPT_PR"}' in step["run"]
+    assert step["env"]["ACCEPT_PR"] == "${{ inputs.accept-pr }}"
+
+
 def test_the_bisections_reach_the_page_the_same_night():
     jobs = load(NIGHTLY)["jobs"]
     steps = jobs["publish-bisections"]["steps"]
@@ -663,7 +684,8 @@ def test_collect_pulls_collects_merges_pushes_then_builds_the_site_from_the_tip(
         'ootci history pull "$RUNNER_TEMP/history" --branch ootci-data',
         'ootci history collect --workflow nightly.yml --since 36 --into "$RUNNER_TEMP/collected" \\ '
         '--history "$RUNNER_TEMP/history"',
-        'ootci history merge "$RUNNER_TEMP/collected" --into "$RUNNER_TEMP/history/runs" --missing-ok',
+        'ootci history merge "$RUNNER_TEMP/collected" --into "$RUNNER_TEMP/history/runs" --missing-ok '
+        '--accept-trigger nightly,manual',
         'ootci history push "$RUNNER_TEMP/history" --branch ootci-data --message "ootci - collect run records"',
         'ootci summary "$RUNNER_TEMP/collected" --step-summary',
         'ootci history pull "$RUNNER_TEMP/tip" --branch ootci-data',
