@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import site
 import sysconfig
@@ -79,30 +78,6 @@ def checkout(manifest: Manifest, cache: Path, *, log: Path, timeout: float) -> t
     if not package.is_dir():
         raise ManifestError(f"{manifest.path}: field 'source.subdir': {src.subdir!r} is not a directory in {src.git}")
     return package, head.strip()
-
-
-def remote_commit(manifest: Manifest, *, timeout: float = 120) -> str:
-    """The commit a git source's ref names now, asked with `git ls-remote` (nothing is cloned).
-
-    A full commit is its own answer, and so is an abbreviated one (a remote lists refs,
-    not commits); a branch or tag is looked up, as `checkout` would find it."""
-    src = manifest.source
-    assert src.git
-    if re.fullmatch(r"[0-9a-f]{7,40}", src.ref):
-        return src.ref
-    try:
-        listed = git(None, "ls-remote", "--", src.git, src.ref, config=QUIET, timeout=timeout)
-    except GitError as exc:
-        raise ManifestError(f"{manifest.path}: field 'source.git': cannot read {src.git}: {exc.detail}") from None
-    refs = {}
-    for line in listed.splitlines():
-        commit, _, ref = line.partition("\t")
-        if ref:
-            refs[ref.strip()] = commit.strip()
-    for candidate in (src.ref, f"refs/heads/{src.ref}", f"refs/tags/{src.ref}^{{}}", f"refs/tags/{src.ref}"):
-        if candidate in refs:
-            return refs[candidate]
-    raise ManifestError(f"{manifest.path}: field 'source.ref': no such ref {src.ref!r} in {src.git}")
 
 
 # -- a path source's own git history ---------------------------------------------------

@@ -54,7 +54,7 @@ def relative(paths: list[Path]) -> list[str]:
 
 def test_there_is_a_workflow_and_an_action_for_every_part():
     assert {p.stem for p in WORKFLOWS} == {"backend", "bisect", "build-torch", "nightly", "pr", "pytorch-pr", "ci", "release",
-                                          "collect", "prune-history"}
+                                          "collect", "prune-history", "torch-build-cache"}
     assert {EXAMPLE, BISECT_EXAMPLE} <= set(EXAMPLES)
     assert {p.parent.name for p in ACTIONS} >= {"setup", "get-torch", "build-backend", "verify-autoload",
                                                 "run-suites", "publish-results"}
@@ -800,16 +800,22 @@ CACHE_ENV = "OOTCI_CACHE=/var/cache/ootci"
 CACHE_VOLUME = ["-v", "ootci-cache:/var/cache/ootci", "-e", CACHE_ENV]
 
 
-def render_container(container_input: str, secrets: dict | None = None, devices: str = "") -> dict:
-    """backend.yml's `container:` key as GitHub evaluates it for one value of the container input
-    (and the registry secrets and devices the caller passes)."""
-    job = load(BACKEND)["jobs"]["run"]
-    inputs = {"container": container_input, "devices": devices}
+def render_container_of(job: dict, inputs: dict, github: dict, secrets: dict | None = None) -> dict:
+    """A job's `container:` key as GitHub evaluates it for the inputs (container, devices, trigger,
+    torch), the event and the registry secrets the caller passes."""
     # The matrix first, as GitHub expands it before it starts the job: `vendor` is one combination.
     [vendor] = evaluate(job["strategy"]["matrix"]["vendor"], inputs=inputs)
-    contexts = {"inputs": inputs, "secrets": secrets or {}, "matrix": {"vendor": vendor}}
+    contexts = {"inputs": inputs, "secrets": secrets or {}, "matrix": {"vendor": vendor}, "github": github}
     return {key: {k: evaluate(v, **contexts) for k, v in value.items()} if isinstance(value, dict)
             else evaluate(value, **contexts) for key, value in job["container"].items()}
+
+
+def render_container(container_input: str, secrets: dict | None = None, devices: str = "",
+                     event: str = "schedule", trigger: str = "") -> dict:
+    """backend.yml's `container:` key for one value of the container input (and the registry secrets and
+    devices the caller passes), in a night unless the event and trigger say otherwise."""
+    inputs = {"container": container_input, "devices": devices, "trigger": trigger, "torch": "nightly"}
+    return render_container_of(load(BACKEND)["jobs"]["run"], inputs, {"event_name": event}, secrets)
 
 
 def matrix_entry(name: str) -> dict:
@@ -1318,7 +1324,9 @@ def rendered_with(value: str, outputs: dict[str, str]) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]  # as actions/cache reads a list
 
 
-def test_backend_caches_torch_layers_and_wheels_and_a_pr_run_never_writes_what_the_nightly_reads(tmp_path):
+def test_backend_keeps_the_runs_one_torch_layer_saved_by_trusted_runs_and_restored_by_pr_runs(tmp_path):
+    """Issue 43: the cached paths were all of $OOTCI_CACHE/torch and /wheels, so a runner that keeps its
+    cache saved every layer it ever built each night; and a layer was ready only when every old one was."""
     run = load(BACKEND)["jobs"]["run"]
     steps = {s.get("id"): s for s in run["steps"]}
     key_step = steps["cache-key"]
@@ -1333,25 +1341,19 @@ def test_backend_caches_torch_layers_and_wheels_and_a_pr_run_never_writes_what_t
     nightly = cache_step_outputs({"trigger": ""}, "schedule", env)
     manual = cache_step_outputs({"trigger": ""}, "workflow_dispatch", env)
     pr = cache_step_outputs({"trigger": "pr"}, "repository_dispatch", env)
-    assert nightly == manual and nightly["torch-path"] == str(tmp_path / "cache" / "torch")
+    assert nightly == manual and Path(nightly["torch-path"]).parent == tmp_path / "cache" / "torch"
+    assert nightly["torch-key"].endswith(Path(nightly["torch-path"]).name)  # the one layer directory
 
     restores = [s for s in run["steps"] if "actions/cache/restore@" in s.get("uses", "")]
     saves = [s for s in run["steps"] if "actions/cache/save@" in s.get("uses", "")]
-    assert [s["id"] for s in restores] == ["layer-cache", "wheel-cache"] and len(saves) == 2
-
-    def restored_by(outputs: dict[str, str]) -> list[str]:
-        return [k for s in restores for k in rendered_with(s["with"]["key"], outputs)
-                + rendered_with(s["with"].get("restore-keys", ""), outputs)]
-
-    def saved_by(outputs: dict[str, str]) -> list[str]:
-        return [k for s in saves for k in rendered_with(s["with"]["key"], outputs)]
-
-    # A PR run saves nothing (tests below): it may start from the nightly's entries (read-only).
-    assert all(any(saved.startswith(read) for read in restored_by(pr)) for saved in saved_by(nightly))
-    # Saved under the key that was restored, from the same path, only when it missed.
-    for restore, save in zip(restores, saves):
-        assert save["with"] == {"path": restore["with"]["path"], "key": restore["with"]["key"]}
-        assert f"steps.{restore['id']}.outputs.cache-hit != 'true'" in save["if"] and "always()" not in save["if"]
+    assert [s["id"] for s in restores] == ["layer-cache"] and len(saves) == 1
+    [restore], [save] = restores, saves
+    # A PR run restores the nightly's layer, read-only, at the same path (actions/cache keys by it).
+    assert rendered_with(restore["with"]["restore-keys"], pr) == [nightly["torch-key"]]
+    assert rendered_with(restore["with"]["path"], pr) == [nightly["torch-path"]]
+    # Saved under the key that was looked up, from the same path, only when it was not there.
+    assert save["with"] == {"path": restore["with"]["path"], "key": restore["with"]["key"]}
+    assert "steps.layer-cache.outputs.cache-hit != 'true'" in save["if"] and "always()" not in save["if"]
     # Under act too (tests/workflows/test_workflows_act*.py read what the stand-in cache saved).
     assert not any("ACT" in s["if"] for s in restores + saves)
 
@@ -1463,48 +1465,121 @@ def permissive_steps(job: dict, **outputs) -> dict:
             for step in job.get("steps", []) if "id" in step}
 
 
-def cache_saves() -> list[tuple[Path, str, dict, dict]]:
-    """(workflow, job name, job, step) of every step that can save to actions/cache."""
+WORKFLOWS_WITH_SAVES = ("backend.yml", "build-torch.yml")
+TRUSTED_EVENTS = ("schedule", "workflow_dispatch", "push")
+UNTRUSTED_EVENTS = ("repository_dispatch", "pull_request", "pull_request_target", "issue_comment", "workflow_run")
+
+
+def cache_steps(kind: str) -> list[tuple[Path, str, dict, dict]]:
+    """(workflow, job name, job, step) of every step that can restore (kind "restore") or save ("save")."""
     found = []
     for path in WORKFLOWS:
         for name, job in load(path)["jobs"].items():
             for step in job.get("steps", []):
                 uses = step.get("uses", "")
-                if uses.startswith(("actions/cache@", "actions/cache/save@")):
+                if uses.startswith("actions/cache@") or uses.startswith(f"actions/cache/{kind}@"):
                     found.append((path, name, job, step))
     return found
 
 
+def cache_saves() -> list[tuple[Path, str, dict, dict]]:
+    return cache_steps("save")
+
+
+def job_env(job: dict, event: str, inputs: dict) -> dict[str, str]:
+    """The job's `env:` as GitHub renders it for the event and inputs (OOTCI_TRUST among it)."""
+    return {name: str(evaluate(value, github={"event_name": event}, inputs=inputs))
+            for name, value in job.get("env", {}).items()}
+
+
+def step_runs(job: dict, step: dict, event: str, inputs: dict, status: str = "success",
+              runner_environment: str = "github-hosted") -> bool:
+    return runs_when(step.get("if"), status, env=job_env(job, event, inputs), github={"event_name": event},
+                     inputs=inputs, steps=permissive_steps(job), runner={"environment": runner_environment})
+
+
 def save_runs(job: dict, step: dict, event: str, inputs: dict, status: str = "success") -> bool:
-    return runs_when(step.get("if"), status, env={"ACT": ""}, github={"event_name": event},
-                     inputs=inputs, steps=permissive_steps(job))
+    return step_runs(job, step, event, inputs, status)
 
 
-@pytest.mark.parametrize("event", ["repository_dispatch", "pull_request"])
+EVERY_INPUT = [{"trigger": trigger, "torch": torch, "save-cache": True, "cache": True, "python": "",
+                "good": "", "bad": ""}
+               for trigger in ("pr", "", "nightly", "manual") for torch in ("git:" + "a" * 40, "pr:1", "2.13.0")]
+
+
+@pytest.mark.parametrize("event", UNTRUSTED_EVENTS)
 def test_no_cache_save_is_reachable_from_a_pr_run(event):
-    """Defect 1: a repository_dispatch run writes to the default branch's cache scope, and the PR's
-    code runs with the runner's token: whatever the trigger input says, a PR run saves nothing.
-    Every cache save of every workflow, with every input a caller could pass."""
+    """Defect 1 of issue 22: a repository_dispatch run writes to the default branch's cache scope: whatever
+    the trigger input says, a PR run's workflow saves nothing. Every cache save of every workflow, with
+    every input a caller could pass. (PR code can still ignore the YAML: the tests below.)"""
     saves = cache_saves()
-    assert saves
+    assert {path.name for path, *_ in saves} == set(WORKFLOWS_WITH_SAVES)
     for path, name, job, step in saves:
         assert not step.get("uses", "").startswith("actions/cache@"), f"{path.name}/{name}: its post step saves"
-        for trigger in ("pr", "", "nightly", "manual"):
-            for torch in ("git:" + "a" * 40, "pr:1", "2.13.0"):
-                inputs = {"trigger": trigger, "torch": torch, "save-cache": True, "cache": True, "python": ""}
-                assert not save_runs(job, step, event, inputs), f"{path.name}/{name}: {step['with']} saves"
+        for inputs in EVERY_INPUT:
+            assert not save_runs(job, step, event, inputs), f"{path.name}/{name}: {step['with']} saves for {inputs}"
+
+
+@pytest.mark.parametrize("event", TRUSTED_EVENTS)
+def test_no_trusted_run_restores_anything_a_pr_could_have_written(event):
+    """Issue 43: the `if:` on the save steps binds only honest code. A PR's code runs in its jobs with the
+    job's cache token (GitHub keeps write access for repository_dispatch) and with the runner's sudo: it
+    can save any key, tonight's torch layer among them, before a trusted run has. So a trusted run (the
+    nightly, a run by hand, a trusted torch build) restores nothing: its only restore steps look up
+    whether its key exists (lookup-only downloads nothing). PR runs restore."""
+    restores = cache_steps("restore")
+    assert {path.name for path, *_ in restores} == set(WORKFLOWS_WITH_SAVES)
+    for path, name, job, step in restores:
+        for inputs in EVERY_INPUT:
+            trust = job_env(job, event, inputs)["OOTCI_TRUST"]
+            runs = step_runs(job, step, event, inputs) or step_runs(job, step, event, inputs,
+                                                                    runner_environment="self-hosted")
+            lookup = evaluate_template(str(step["with"].get("lookup-only", "false")),
+                                       env=job_env(job, event, inputs)) == "true"
+            if trust == "trusted":
+                assert not runs or lookup, f"{path.name}/{name}: a trusted run restores {step['with']['key']}"
+            else:
+                assert not lookup, f"{path.name}/{name}: a PR run only looks up {step['with']['key']}"
+    # Trusted, that is: never a PR's trigger or torch, and a build only when its caller says so.
+    run = load(BACKEND)["jobs"]["run"]
+    assert job_env(run, event, {"trigger": "", "torch": "nightly"})["OOTCI_TRUST"] == "trusted"
+    assert job_env(run, event, {"trigger": "pr", "torch": "nightly"})["OOTCI_TRUST"] == "pr"
+    assert job_env(run, event, {"trigger": "", "torch": "pr:1"})["OOTCI_TRUST"] == "pr"
+    build = load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]
+    assert job_env(build, event, {"save-cache": True, "torch": "git:main"})["OOTCI_TRUST"] == "trusted"
+    assert job_env(build, event, {"save-cache": False, "torch": "git:main"})["OOTCI_TRUST"] == "pr"
+    for untrusted in UNTRUSTED_EVENTS:
+        assert job_env(run, untrusted, {"trigger": "", "torch": "nightly"})["OOTCI_TRUST"] == "pr"
+        assert job_env(build, untrusted, {"save-cache": True, "torch": "git:main"})["OOTCI_TRUST"] == "pr"
+
+
+def test_the_jobs_one_trust_decides_the_cache_root_and_the_volume_everywhere():
+    """backend.yml's run and merge jobs and bisect.yml's say OOTCI_TRUST with one expression each, and their
+    containers (which cannot read env) spell the same rule out again: a test renders both."""
+    bisect = load(BISECT)["jobs"]["bisect"]
+    for job in (load(BACKEND)["jobs"]["run"], load(BACKEND)["jobs"]["merge"], bisect):
+        for event in (*TRUSTED_EVENTS, *UNTRUSTED_EVENTS):
+            for inputs in EVERY_INPUT:
+                inputs = {**inputs, "container": "ubuntu:24.04", "devices": ""}
+                if job is bisect:  # bisect.yml has no trigger: its PR code is a pr: torch, or pr: ends
+                    inputs = {**inputs, "trigger": None, "good": inputs["torch"]}
+                trust = job_env(job, event, inputs)["OOTCI_TRUST"]
+                options = render_container_of(job, inputs, github={"event_name": event})["options"].split()
+                volume = options[options.index("-v") + 1] if "-v" in options else ""
+                assert volume == ("ootci-cache-pr:/var/cache/ootci" if trust == "pr" else
+                                  "ootci-cache:/var/cache/ootci"), (event, inputs)
 
 
 def test_a_pr_run_by_hand_saves_nothing_either_and_the_nightly_still_saves():
     for path, name, job, step in cache_saves():
         if path.name == "backend.yml":
-            assert not save_runs(job, step, "workflow_dispatch", {"trigger": "pr", "cache": True, "python": ""})
-            assert save_runs(job, step, "schedule", {"trigger": "", "cache": True, "python": ""})
+            assert not save_runs(job, step, "workflow_dispatch", {"trigger": "pr", "cache": True, "python": "",
+                                                                   "torch": "2.13.0"})
+            assert save_runs(job, step, "schedule", {"trigger": "", "cache": True, "python": "", "torch": "nightly"})
         else:  # build-torch.yml: only a caller that says its code is trusted
-            assert not save_runs(job, step, "workflow_dispatch", {"torch": "pr:1", "save-cache": False})
+            assert not save_runs(job, step, "workflow_dispatch", {"torch": "pr:1", "save-cache": True})
+            assert not save_runs(job, step, "workflow_dispatch", {"torch": "git:main", "save-cache": False})
             assert save_runs(job, step, "workflow_dispatch", {"torch": "git:main", "save-cache": True})
-    # No PR path sets save-cache.
-    assert "save-cache" not in load(PR)["jobs"]["torch"]["with"]
 
 
 def test_a_cache_is_saved_only_from_a_job_that_was_not_cancelled_and_a_layer_only_when_ready():
@@ -1512,30 +1587,89 @@ def test_a_cache_is_saved_only_from_a_job_that_was_not_cancelled_and_a_layer_onl
     or a cancel, and later runs get cache-hit and never save a good copy."""
     for path, name, job, step in cache_saves():
         inputs = {"trigger": "", "cache": True, "python": "", "torch": "git:main", "save-cache": True}
+        assert save_runs(job, step, "schedule", inputs), f"{path.name}: {step['with']}"
         assert not save_runs(job, step, "schedule", inputs, status="cancelled"), f"{path.name}: {step['with']}"
     run = load(BACKEND)["jobs"]["run"]
-    [layer] = [s for s in run["steps"] if s.get("uses", "").startswith("actions/cache/save@")
-               and "torch-key" in s["with"]["key"]]
+    [layer] = [s for s in run["steps"] if s.get("uses", "").startswith("actions/cache/save@")]
     steps = permissive_steps(run, ready="false")
-    assert not runs_when(layer["if"], "success", env={"ACT": ""}, github={"event_name": "schedule"},
+    assert not runs_when(layer["if"], "success", env={"OOTCI_TRUST": "trusted"}, github={"event_name": "schedule"},
                          inputs={"trigger": ""}, steps=steps)
 
 
-@pytest.mark.parametrize("layers, ready", [((True,), "true"), ((True, False), "false"), ((), "false")])
-def test_the_ready_check_reads_ootcis_marker_in_every_layer_it_would_save(tmp_path, layers, ready):
+@pytest.mark.parametrize("marked, ready", [(True, "true"), (False, "false"), (None, "false")])
+def test_the_ready_check_reads_ootcis_marker_in_the_one_layer_it_would_save(tmp_path, marked, ready):
+    """Issue 43: "layer ready" required every old layer under $OOTCI_CACHE/torch to be ready; it is this
+    run's layer's marker alone, whatever else the cache holds."""
     from ootci.runner.torch_supply.envs import READY_MARKER
 
     [check] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "layer-ready"]
     torch = tmp_path / "torch"
-    torch.mkdir()
-    for i, marked in enumerate(layers):
-        (torch / f"layer{i}").mkdir()
+    (torch / "an-old-half-built-layer").mkdir(parents=True)
+    layer = torch / "this-runs-layer"
+    if marked is not None:
+        layer.mkdir()
         if marked:
-            (torch / f"layer{i}" / READY_MARKER).write_text("{}")
+            (layer / READY_MARKER).write_text("{}")
     out = tmp_path / "out"
     subprocess.run(["bash", "-eo", "pipefail", "-c", check["run"]], check=True,
-                   env={"PATH": "/usr/bin:/bin", "TORCH_PATH": str(torch), "GITHUB_OUTPUT": str(out)})
+                   env={"PATH": "/usr/bin:/bin", "TORCH_PATH": str(layer), "GITHUB_OUTPUT": str(out)})
     assert out.read_text() == f"ready={ready}\n"
+
+
+@pytest.mark.parametrize("path", [PR, REPO / ".github" / "workflows" / "pytorch-pr.yml",
+                                  REPO / "examples" / "vendor-pytorch-pr.yml"], ids=lambda p: p.name)
+def test_the_pr_path_is_read_only_for_the_cache_as_github_enforces_it(path):
+    """GitHub's cache-mode (changelog 2026-09-10; the cache service enforces it, and a called workflow gets
+    no more than its caller grants): `read` lets the PR path restore and refuses every save, even from
+    code that ignores the YAML. GitHub keeps write access for repository_dispatch otherwise (changelog
+    2026-06-26). Without it (a caller that does not set it), no trusted run restores: the tests above."""
+    doc = load(path)
+    assert doc.get("cache-mode") == "read"
+    assert all(job.get("cache-mode", "read") == "read" for job in doc["jobs"].values())
+
+
+def test_a_pr_runs_cache_root_on_a_self_hosted_runner_is_its_own(monkeypatch, tmp_path):
+    """Issue 43: a bare self-hosted runner kept every run's cache in ~/.cache/ootci, the torch build's
+    ccache and git mirror too, and a PR's code planted a layer, a wheel or a ccache object there for the
+    next nightly. A PR run (OOTCI_TRUST=pr, as the workflows set it) on a self-hosted runner defaults to
+    ~/.cache/ootci-pr; on a hosted one (nothing outlives the job) both share the path actions/cache keys by."""
+    from ootci.runner.torch_supply.envs import cache_root
+
+    monkeypatch.delenv("OOTCI_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for trust, runner, root in [("pr", "self-hosted", "ootci-pr"), ("trusted", "self-hosted", "ootci"),
+                                ("pr", "github-hosted", "ootci"), ("", "", "ootci")]:
+        monkeypatch.setenv("OOTCI_TRUST", trust)
+        monkeypatch.setenv("RUNNER_ENVIRONMENT", runner)
+        assert cache_root() == tmp_path / root, (trust, runner)
+    monkeypatch.setenv("OOTCI_CACHE", str(tmp_path / "given"))  # a container's volume, or the caller's choice
+    assert cache_root() == tmp_path / "given"
+    # The torch build's paths follow: on a self-hosted runner a PR build restores nothing into them.
+    build = load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]
+    restores = [s for s in build["steps"] if s.get("uses", "").startswith("actions/cache/restore@")]
+    for step in restores:
+        assert step["with"]["path"].startswith("~/.cache/ootci/")
+        inputs = {"torch": "git:main", "save-cache": False}
+        assert step_runs(build, step, "repository_dispatch", inputs, runner_environment="github-hosted")
+        assert not step_runs(build, step, "repository_dispatch", inputs, runner_environment="self-hosted")
+
+
+def test_a_trusted_build_saves_the_torch_builds_cache_for_the_pr_builds():
+    """Issue 43: no caller set save-cache, so every hosted PR source build of torch started cold. A weekly
+    trusted build of PyTorch's main (torch-build-cache.yml) saves ccache and the mirror, which PR builds
+    restore; it restores nothing itself."""
+    caller = load(REPO / ".github" / "workflows" / "torch-build-cache.yml")
+    assert [entry["cron"] for entry in caller["on"]["schedule"]] and "workflow_dispatch" in caller["on"]
+    [job] = caller["jobs"].values()
+    assert job["uses"] == "$/.github/workflows/build-torch.yml"
+    assert job["with"]["save-cache"] is True and job["with"]["torch"] == "git:main"
+    build = load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]
+    saves = [s for s in build["steps"] if s.get("uses", "").startswith("actions/cache/save@")]
+    assert len(saves) == 2
+    for event in ("schedule", "workflow_dispatch"):
+        assert all(save_runs(build, s, event, {"torch": "git:main", "save-cache": True}) for s in saves)
+    # The PR path's build is never the trusted one.
+    assert "save-cache" not in load(PR)["jobs"]["torch"]["with"]
 
 
 def relay_report_command(inputs: dict) -> list[str]:
@@ -1593,7 +1727,15 @@ def test_every_job_on_the_vendors_runner_gets_the_vendors_container(name):
     assert on_vendor
     for job_name, job in on_vendor.items():
         assert job.get("container", {}).get("image") == reference["container"]["image"], job_name
-        assert job["container"]["options"] == reference["container"]["options"], job_name
+        # The same options for the same container, devices and trust (bisect.yml has no trigger input).
+        for container in ('{"image": "img", "options": "--ipc=host", "volumes": ["/d:/d"]}', "img",
+                          '{"image": "img", "volumes": ["/data:/var/cache/ootci"]}'):
+            for event in ("schedule", "repository_dispatch"):
+                for torch in ("nightly", "pr:1"):
+                    inputs = {"container": container, "devices": '["davinci1"]', "torch": torch,
+                              "good": "", "bad": ""}
+                    assert render_container_of(job, inputs, {"event_name": event})["options"] == \
+                        render_container_of(reference, inputs, {"event_name": event})["options"], job_name
         assert job["strategy"]["matrix"]["vendor"] == reference["strategy"]["matrix"]["vendor"], job_name
         assert job["container"]["credentials"] == reference["container"]["credentials"], job_name
         assert job.get("defaults") == reference["defaults"], job_name
@@ -1610,6 +1752,53 @@ def test_the_cache_of_a_container_job_is_on_a_host_volume_the_manifest_may_name(
     assert options.count("-v") == 1 and "/data/ootci:/var/cache/ootci" in options and CACHE_ENV in options
     default = shlex.split(render_container("img")["options"])
     assert default[-4:] == CACHE_VOLUME
+
+
+def test_a_pr_run_never_gets_the_volume_the_nightly_keeps_its_cache_on():
+    """Issue 43: backend.yml mounted one `ootci-cache` volume, or the manifest's host directory, read-write
+    for every trigger: PR code planted a torch layer, a wheel or a ccache object, and the vendor's next
+    nightly used it, no actions/cache involved. A PR run gets the volume `ootci-cache-pr`; given the
+    manifest's volume at /var/cache/ootci it is refused before its first step; `ootci matrix --trigger pr`
+    and `ootci relay plan` leave that volume out of the container they hand on."""
+    for event, trigger in (("repository_dispatch", "pr"), ("workflow_dispatch", "pr"), ("pull_request", "")):
+        options = shlex.split(render_container("img", event=event, trigger=trigger)["options"])
+        assert options[-4:] == ["-v", "ootci-cache-pr:/var/cache/ootci", "-e", CACHE_ENV], (event, trigger)
+        shared = render_container(json.dumps({"image": "img", "volumes": ["/data/ootci:/var/cache/ootci"]}),
+                                  event=event, trigger=trigger)
+        assert "--device /dev/ootci-refused-a-trusted-cache-volume-in-a-pr-run" in shared["options"]
+    entry = {"image": "img", "options": "--ipc=host", "volumes": ["/drv:/drv:ro", "/data/ootci:/var/cache/ootci"]}
+    registry = Path(tempfile.mkdtemp())
+    (registry / "acme").mkdir()
+    (registry / "acme" / "backend.toml").write_text(MANIFEST_WITH_A_CACHE_VOLUME)
+    env = {"OOTCI_REGISTRY": str(registry)}
+    [nightly] = json.loads(ootci("matrix", "acme", env=env).stdout)["include"]
+    [pr_run] = json.loads(ootci("matrix", "acme", "--trigger", "pr", env=env).stdout)["include"]
+    assert json.loads(nightly["container"]) == entry
+    assert json.loads(pr_run["container"]) == {**entry, "volumes": ["/drv:/drv:ro"]}
+    assert "ootci-refused" not in render_container(pr_run["container"], event="repository_dispatch",
+                                                   trigger="pr")["options"]
+    planned = ootci("relay", "plan", str(REPO / "tests" / "fixtures" / "relay" / "synchronize-gated.json"),
+                    "--manifest", str(registry / "acme" / "backend.toml"), env=env)
+    assert planned.returncode == 0, planned.stderr
+    [relayed] = json.loads(planned.stdout)["matrix"]["include"]
+    assert json.loads(relayed["container"]) == json.loads(pr_run["container"])
+
+
+MANIFEST_WITH_A_CACHE_VOLUME = """\
+name = "acme"
+device = "acme"
+distribution = "torch_acme"
+import_name = "torch_acme"
+entry_point = "torch_acme = torch_acme:_autoload"
+[source]
+path = "."
+[ci]
+runs_on = ["self-hosted", "acme"]
+[ci.container]
+image = "img"
+options = "--ipc=host"
+volumes = ["/drv:/drv:ro", "/data/ootci:/var/cache/ootci"]
+"""
 
 
 def test_the_nightly_has_no_run_level_concurrency_group_and_a_custom_run_is_no_night():
