@@ -18,7 +18,7 @@ from ootci.runner.models import Status
 from tests.support import real_wheels
 from tests.support.act_cases import (
     act_marks, ACT_OPS, BACKEND, TORCH, REPO, needs_openreg, act_setup, act_dir, records_under,
-    assert_every_remote_action_had_a_stand_in, cache_entries, data_branch_exists, data_branch_files,
+    assert_every_remote_action_had_a_stand_in, cache_entries, cache_requests, data_branch_exists, data_branch_files,
     merge_artifact
 )
 from tests.support.act_harness import as_called_from_elsewhere, data_remote, run_act
@@ -118,6 +118,11 @@ def test_a_vendor_repository_runs_a_gated_pr_through_pr_yml_and_reports_exactly_
     assert "acme-openreg" in json.dumps(relay.accepted[1]["workflow"]["test_results"])
     assert not data_branch_exists(ootci_act_dir / "data.git"), "a vendor's PR run publishes nothing to a data branch"
     assert cache_entries(ootci_act_dir) == {}, "a PR run (untrusted code) saves nothing to the cache"
+    # It restores (read-only), its own key falling back to the nightly's, never only looks up.
+    [asked] = cache_requests(ootci_act_dir)
+    assert asked["key"].startswith("ootci-pr-") and not asked["lookup-only"]
+    assert [k.split("-torch-")[0] for k in asked["restore-keys"]] == [asked["key"].split("-torch-")[0].replace(
+        "ootci-pr-", "ootci-main-")]
 
 
 VENDOR_TESTS = ("conftest.py", "test_device.py", "test_ops.py")
