@@ -103,6 +103,46 @@ def work_tree(directory: Path) -> tuple[Path, str] | None:
     return Path(lines[0].strip()), (lines[1].strip().rstrip("/") if len(lines) > 1 else "")
 
 
+def _build_product(relative: Path) -> bool:
+    """What tree_hash leaves out: build products and caches inside a source tree."""
+    return (any(part in IGNORED_DIRS or part.endswith(".egg-info") for part in relative.parts)
+            or relative.name.endswith(IGNORED_SUFFIXES))
+
+
+def work_tree_commit(directory: Path) -> tuple[str, bool] | None:
+    """(the commit HEAD names, whether `directory` differs from it) for a path source inside a git work
+    tree, else None (not in one, no commit yet, or no git).
+
+    A run records it, so a vendor's nightly can bisect its own backend from two run records, and the
+    page says which commit ran. Build products and caches inside the directory (what tree_hash leaves
+    out) are no change; anything else uncommitted there, untracked files too, makes the tree dirty.
+    A directory the work tree tracks nothing of is not its source (a tree exported into ootci's cache,
+    which may lie in some checkout, ignored): None."""
+    found = work_tree(directory)
+    if found is None:
+        return None
+    top, prefix = found
+    config = [*QUIET, f"safe.directory={directory}", f"safe.directory={top}"]
+    try:
+        if not git(directory, "ls-files", "-z", "--", ".", config=config, timeout=120):
+            return None
+        head = git(directory, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", config=config, timeout=60).strip()
+        status = git(directory, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".",
+                     config=config, timeout=300)
+    except GitError:
+        return None
+    changed: list[Path] = []
+    fields = iter(status.split("\0"))
+    for field in fields:
+        if len(field) < 4:
+            continue
+        changed.append(Path(field[3:]))  # "XY path", relative to the work tree's top
+        if field[0] in "RC":
+            next(fields, None)  # a rename or copy names its source next
+    prefixed = [path.relative_to(prefix) if prefix and path.is_relative_to(prefix) else path for path in changed]
+    return head, any(not _build_product(path) for path in prefixed)
+
+
 def export(top: Path, commit: str, cache: Path, *, log: Path, timeout: float) -> Path:
     """The tree of `commit` in the work tree `top`, written once into the cache.
 

@@ -1571,7 +1571,7 @@ def test_the_jobs_one_trust_decides_the_cache_root_and_the_volume_everywhere():
 
 
 def test_a_pr_run_by_hand_saves_nothing_either_and_the_nightly_still_saves():
-    for path, name, job, step in cache_saves():
+    for path, _, job, step in cache_saves():
         if path.name == "backend.yml":
             assert not save_runs(job, step, "workflow_dispatch", {"trigger": "pr", "cache": True, "python": "",
                                                                    "torch": "2.13.0"})
@@ -1585,7 +1585,7 @@ def test_a_pr_run_by_hand_saves_nothing_either_and_the_nightly_still_saves():
 def test_a_cache_is_saved_only_from_a_job_that_was_not_cancelled_and_a_layer_only_when_ready():
     """Defect 7: a save on always() keeps a half-built layer under its exact key after a timeout
     or a cancel, and later runs get cache-hit and never save a good copy."""
-    for path, name, job, step in cache_saves():
+    for path, _, job, step in cache_saves():
         inputs = {"trigger": "", "cache": True, "python": "", "torch": "git:main", "save-cache": True}
         assert save_runs(job, step, "schedule", inputs), f"{path.name}: {step['with']}"
         assert not save_runs(job, step, "schedule", inputs, status="cancelled"), f"{path.name}: {step['with']}"

@@ -21,7 +21,7 @@ from tests.support.act_cases import (
     assert_every_remote_action_had_a_stand_in, cache_entries, cache_requests, data_branch_exists, data_branch_files,
     merge_artifact
 )
-from tests.support.act_harness import as_called_from_elsewhere, data_remote, run_act
+from tests.support.act_harness import as_act_reads, as_called_from_elsewhere, data_remote, run_act
 from tests.support.cli import ootci
 from tests.support.fake_github import REPOSITORY, TOKEN, FakeGitHub, run_artifact
 
@@ -149,10 +149,10 @@ def vendor_repository(dest: Path, ootci_sha: str) -> Path:
     caller = (REPO / "examples" / "vendor-workflow.yml").read_text()
     (dest / ".github" / "workflows").mkdir(parents=True)
     (dest / ".github" / "workflows" / "ootci.yml").write_text(
-        re.sub(r"backend\.yml@[0-9a-f]{40}", f"backend.yml@{ootci_sha}", caller))
+        as_act_reads(re.sub(r"backend\.yml@[0-9a-f]{40}", f"backend.yml@{ootci_sha}", caller)))
     pr_caller = (REPO / "examples" / "vendor-pytorch-pr.yml").read_text()
     (dest / ".github" / "workflows" / "ootci-pytorch-pr.yml").write_text(
-        re.sub(r"pr\.yml@[0-9a-f]{40}", f"pr.yml@{ootci_sha}", pr_caller))
+        as_act_reads(re.sub(r"pr\.yml@[0-9a-f]{40}", f"pr.yml@{ootci_sha}", pr_caller)))
     git = ["git", "-C", str(dest), "-c", "user.name=vendor", "-c", "user.email=vendor@example.invalid"]
     subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
     subprocess.run([*git, "remote", "add", "origin", "https://github.com/acme/torch-acme.git"], check=True)
