@@ -161,3 +161,14 @@ def test_pages_deploys_the_named_artifact_of_any_attempt(job):
     assert (state / "site" / "backends" / "openreg.html").read_text() == "openreg"
     missing, _ = step("deploy-pages", ARTIFACT_NAME="github-pages-9")
     assert missing.returncode == 1 and "github-pages-9" in missing.stdout
+
+
+def test_act_reads_the_workflows_with_self_references_resolved_and_without_cache_mode():
+    """act's workflow schema predates GitHub's cache-mode and refuses the key: the copy act runs leaves it
+    out (GitHub's cache service enforces it; the stand-in cache has no token to limit)."""
+    from tests.support.act_harness import as_act_reads
+
+    workflow = ("on: repository_dispatch\ncache-mode: read\njobs:\n  a:\n    cache-mode: none\n"
+                "    uses: $/.github/workflows/pr.yml\n")
+    assert as_act_reads(workflow) == "on: repository_dispatch\njobs:\n  a:\n    uses: ./.github/workflows/pr.yml\n"
+    assert "uses: ootci/ootci/.github/workflows/pr.yml@" + "a" * 40 in as_act_reads(workflow, "a" * 40)
