@@ -5,6 +5,10 @@ The site comes from the tip, not from this job's own merge: what other publisher
 it too, and a re-run of an older run can never put an older history on the page. Without
 pushing (`push=False`: a run that may not write the data branch) the merged history is all
 there is, and the site is built from it.
+
+What a workflow run publishes is only what it can have made (`accepted`): a record of another
+trigger or another PR came from code that is not ootci's (a PR's code can upload artifacts into
+its own run) and is refused, named in the output, never pushed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 
 from ootci.dashboard import site as site_builder
 from ootci.runner.history import data_branch
-from ootci.runner.history.merging import merge, merge_bisections
+from ootci.runner.history.merging import ANY, Accepted, merge, merge_bisections
 
 
 @dataclass
@@ -23,29 +27,33 @@ class Published:
     added: list[str] = field(default_factory=list)
     bisections: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
     pushed: str = "not pushed"
     site_line: str = ""
 
     def lines(self) -> list[str]:
         rejected = [f"ootci: publish: skipped {path}: its record does not load or names another run"
                     for path in self.rejected]
-        return [*rejected,
+        refused = [f"ootci: publish: refused {why}" for why in self.refused]
+        return [*rejected, *refused,
                 f"ootci: publish: {len(self.added)} run(s) and {len(self.bisections)} bisection(s) added; "
                 f"data branch: {self.pushed}",
                 self.site_line]
 
 
 def publish(records: Path, history: Path, site: Path, *, branch: str, remote: str | None,
-            push: bool = True) -> Published:
+            push: bool = True, accepted: Accepted = ANY) -> Published:
     """records: directory of run directories and bisections (e.g. downloaded artifacts; may be
     missing when every job failed before uploading); history: where the data branch is checked
-    out (must not exist or be empty); the tip is checked out beside it, at `<history>-tip`."""
+    out (must not exist or be empty); the tip is checked out beside it, at `<history>-tip`;
+    accepted: what the publishing workflow run can have made (anything else is refused)."""
     outcome = Published()
     if push:
         data_branch.pull(history, branch, remote)
-    merged = merge([records], history / data_branch.RUNS_DIR, missing_ok=True)
-    bisected = merge_bisections([records], history / data_branch.RUNS_DIR)
+    merged = merge([records], history / data_branch.RUNS_DIR, missing_ok=True, accepted=accepted)
+    bisected = merge_bisections([records], history / data_branch.RUNS_DIR, accepted=accepted)
     outcome.added, outcome.rejected = merged["added"], merged["rejected"] + bisected["rejected"]
+    outcome.refused = merged["refused"] + bisected["refused"]
     outcome.bisections = bisected["added"] + bisected["updated"]
     data = history
     if push:

@@ -134,11 +134,19 @@ def torch_spec_of(record: RunRecord) -> tuple[str, str | None]:
 
 
 def backend_commit(record: RunRecord) -> str | None:
-    """The backend commit a run built (git sources record `commit:subdir`)."""
+    """The backend commit a run built: its build stage's `commit` (a git source's, or the HEAD of the
+    work tree a path source is in); older records of git sources have only `source`, `commit:subdir`."""
     build = record.stage("build")
-    source = str(build.data.get("source", "")) if build else ""
-    sha = source.split(":", 1)[0]
+    if build is None:
+        return None
+    sha = str(build.data.get("commit") or str(build.data.get("source", "")).split(":", 1)[0])
     return sha if re.fullmatch(r"[0-9a-f]{40}", sha) else None
+
+
+def built_dirty(record: RunRecord) -> bool:
+    """Whether the run built a work tree with uncommitted changes on top of its commit."""
+    build = record.stage("build")
+    return bool(build and build.data.get("dirty"))
 
 
 def _torch_identity(record: RunRecord) -> str:
@@ -401,8 +409,9 @@ class Bisection:
         repo, subdir = self.history()
         for ref in (good_ref, bad_ref) if m.source.kind == "path" else ():
             if not ref or RUN_ID.match(ref) or ref.endswith(record_files.RECORD_NAME):
-                raise UsageError(f"{ref or 'a run'}: a run of {m.name} built from a directory records no commit, "
-                                 f"so the backend axis cannot start there: give --good and --bad as commits of {repo}")
+                raise UsageError(f"{ref or 'a run'}: a run of {m.name} built from a directory outside a git work "
+                                 f"tree (or by an ootci that did not record it) records no commit, so the backend axis "
+                                 f"cannot start there: give --good and --bad as commits of {repo}")
         # The cache's clone is only fetched: its branches are origin/<name>. A work tree's are its own.
         named = (lambda ref: _origin(repo, ref)) if m.source.kind == "git" else (lambda ref: ref)
         good_sha = bisect_candidates.resolve_commit(repo, named(good_ref))
@@ -528,6 +537,10 @@ class Bisection:
         return self.state
 
     def first_round(self, axis: str, good: RunRecord, bad: RunRecord) -> BisectRound:
+        for name, end in (("good", good), ("bad", bad)):
+            if built_dirty(end) and (commit := backend_commit(end)):
+                self.say(f"the {name} run built {self.options.manifest.name} with uncommitted changes on top of "
+                         f"{commit[:10]}: the backend axis walks the commits, without them")
         if axis == "backend":
             return self.backend_round(backend_commit(good) or self.options.good, backend_commit(bad) or self.options.bad,
                                       self.fixed_torch())

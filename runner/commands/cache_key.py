@@ -1,51 +1,45 @@
-"""`ootci cache-key NAME --torch SPEC [--trigger T]`: the actions/cache keys and paths of a run.
+"""`ootci cache-key NAME --torch SPEC [--trigger T]`: the actions/cache key and path of a run's torch layer.
 
-A hosted runner starts with an empty $OOTCI_CACHE, so backend.yml keeps two of its folders
-with actions/cache: the torch layers (`torch/`) and the built wheels (`wheels/`). Only ootci
-knows what a good key is: the torch a spec resolves to (tonight's nightly, a wheel's hash, a
-PR's commit), the layer directory that torch gets, and the hash of the backend's sources.
-This resolves all of that the way `ootci run` would, installing and building nothing.
+A hosted runner starts with an empty $OOTCI_CACHE, so backend.yml keeps the run's torch layer with
+actions/cache. Only ootci knows what a good key is: the torch a spec resolves to (tonight's nightly,
+a wheel's hash, a PR's commit) and the layer directory that torch gets. This resolves it the way
+`ootci run` would, installing nothing.
 
-The keys start with the trigger's class: `pr` for runs of PyTorch pull requests, whose code
-is untrusted, `main` for everything else (nightly and manual runs, started by the repository
-itself). A PR run saves only under `pr`, and may restore from `main` (its `*-fallback`
-outputs); a `main` run never reads `pr`, so a pull request can never put a layer or a wheel
-in front of the nightly.
+The path is that one layer directory, never all of `$OOTCI_CACHE/torch`: on a runner that keeps its
+cache (self-hosted) the directory holds every layer the host ever built, and an entry of all of them
+grows every night. Built wheels are not kept with actions/cache: they are keyed by the torch's own
+version, known only once the layer is installed, and a new torch is a new layer anyway.
+
+Who saves and who restores is backend.yml's trust boundary (docs/workflows.md, "The trust
+boundary"): a trusted run (the nightly, a run by hand) only saves, a PR run only restores. The
+keys start with the trigger's class, `pr` or `main`; a PR run's restore falls back to main's key.
 
 Printed as `name=value` lines, ready for $GITHUB_OUTPUT:
 
-    torch-path      $OOTCI_CACHE/torch (absolute: actions/cache keys its entries by path too)
+    torch-path      $OOTCI_CACHE/torch/<layer> (absolute: actions/cache keys its entries by path too)
     torch-key       ootci-<class>-<os>-<arch>-py<X.Y>-torch-<layer>: exact, <layer> is the layer's directory name
     torch-fallback  for a pr run, main's torch-key; empty otherwise
-    wheels-path     $OOTCI_CACHE/wheels
-    wheels-key      <prefix>-wheels-<layer>-<backend>-<source hash>
-    wheels-prefix   wheels-key without the source hash: the newest wheels of this torch and backend
-    wheels-fallback for a pr run, main's wheels-prefix; empty otherwise
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
-import re
 
 from ootci.runner.commands import torch_options
 from ootci.runner.torch_supply import envs, torch_acquire, torchspec
 from ootci.runner.manifests import registry
-from ootci.runner.stages import sources
 from ootci.runner.torch_supply.envs import cache_root
 from ootci.runner.core.errors import UsageError
-from ootci.runner.manifests.manifest import Manifest
 
 TRIGGERS = ("manual", "nightly", "pr")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("cache-key", help="the actions/cache keys of a run's torch layer and wheels",
-                       description="Print the actions/cache keys and paths of the torch layer and the built "
-                                   "wheels that `ootci run NAME --torch SPEC` would use, as name=value lines. "
-                                   "Resolves the torch (nightly: the index; git:/pr: git ls-remote) and the "
-                                   "backend's sources without installing or building anything.")
+    p = sub.add_parser("cache-key", help="the actions/cache key and path of a run's torch layer",
+                       description="Print the actions/cache key and path of the torch layer that `ootci run "
+                                   "NAME --torch SPEC` would use, as name=value lines. Resolves the torch "
+                                   "(nightly: the index; git:/pr: git ls-remote) without installing anything.")
     p.add_argument("name", metavar="NAME", help="registered backend, or path of a backend.toml")
     p.add_argument("--torch", default="nightly", metavar="SPEC",
                    help="torch spec as given to `ootci run` (default nightly; not installed)")
@@ -65,51 +59,26 @@ def key_prefix(cls: str) -> str:
     return f"ootci-{cls}-{platform.system()}-{platform.machine()}-py{envs.python_tag()}"
 
 
-def source_hash(m: Manifest) -> str:
-    """What the build stage keys the backend's wheels by, short of the torch (runner/stages/build.py)."""
-    if m.source.kind == "path":
-        source_dir = m.source_dir()
-        if source_dir is None or not source_dir.is_dir():
-            raise UsageError(f"{m.path}: field 'source.path': {source_dir} is not a directory")
-        source_id = sources.tree_hash(source_dir)
-    elif m.source.kind == "git":
-        source_id = f"{sources.remote_commit(m)}:{m.source.subdir}"
-    else:
-        source_id = m.source.requirement
-    return envs.digest(source_id, m.build.model_dump(mode="json"))
-
-
-def cache_keys(m: Manifest, spec: torchspec.TorchSpec, trigger: str, *, index_url: str | None = None,
+def cache_keys(spec: torchspec.TorchSpec, trigger: str, *, index_url: str | None = None,
                torch_repo: str | None = None) -> dict[str, str]:
+    """The key and path of the torch layer a run of `spec` uses (the same for every backend)."""
     if spec.kind == "installed":
         raise UsageError("--torch installed: the environment's own torch has no layer, there is nothing to cache")
     plan = torch_acquire.plan(spec, dry_run=True, index_url=index_url, cache=cache_root(), torch_repo=torch_repo)
     layer = envs.layer_key(plan.key)
-    backend = re.sub(r"[^A-Za-z0-9._-]+", "_", m.name)
-    wheels = source_hash(m)
-
-    def keys(cls: str) -> tuple[str, str]:
-        prefix = key_prefix(cls)
-        return f"{prefix}-torch-{layer}", f"{prefix}-wheels-{layer}-{backend}-"
-
-    torch_key, wheels_prefix = keys(trigger_class(trigger))
-    # A PR run may start from what the nightly left; never the other way round.
-    torch_fallback, wheels_fallback = keys("main") if trigger_class(trigger) == "pr" else ("", "")
+    cls = trigger_class(trigger)
     return {
-        "torch-path": str(cache_root().absolute() / "torch"),
-        "torch-key": torch_key,
-        "torch-fallback": torch_fallback,
-        "wheels-path": str(cache_root().absolute() / "wheels"),
-        "wheels-key": wheels_prefix + wheels,
-        "wheels-prefix": wheels_prefix,
-        "wheels-fallback": wheels_fallback,
+        "torch-path": str(cache_root().absolute() / "torch" / layer),
+        "torch-key": f"{key_prefix(cls)}-torch-{layer}",
+        # A PR run may start from what the nightly left; never the other way round.
+        "torch-fallback": f"{key_prefix('main')}-torch-{layer}" if cls == "pr" else "",
     }
 
 
 def cmd_cache_key(args: argparse.Namespace) -> int:
-    manifest = registry.resolve(args.name)
+    registry.resolve(args.name)  # a backend that does not resolve has no run, and no key
     source = torch_options.from_args(args)
-    keys = cache_keys(manifest, torchspec.parse(args.torch), args.trigger, index_url=source.index_url,
+    keys = cache_keys(torchspec.parse(args.torch), args.trigger, index_url=source.index_url,
                       torch_repo=source.torch_repo)
     for name, value in keys.items():
         print(f"{name}={value}")

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from ootci.runner.core.errors import OutputError, UsageError
+from ootci.runner.history.merging import TRIGGERS, Accepted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,8 +37,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "$GITHUB_SERVER_URL/$GITHUB_REPOSITORY)")
     pub.add_argument("--no-push", dest="push", action="store_false",
                      help="neither pull nor push: merge into DIR and build the site from it alone")
+    add_accepted(pub)
     pub.set_defaults(func=cmd_publish)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def add_accepted(p: argparse.ArgumentParser) -> None:
+    """--accept-trigger and --accept-pr: what the publishing workflow run can have made."""
+    p.add_argument("--accept-trigger", action="append", default=[], metavar="TRIGGER[,TRIGGER]",
+                   help=f"publish only records of these triggers ({', '.join(TRIGGERS)}; repeatable; default "
+                        "any): the workflow run's own; any other record is refused")
+    p.add_argument("--accept-pr", type=int, metavar="N",
+                   help="publish only records of PyTorch PR N, and no bisection (a PR run's publish)")
+
+
+def accepted_from(args: argparse.Namespace) -> Accepted:
+    triggers = {t for given in args.accept_trigger for t in given.split(",") if t}
+    if unknown := sorted(triggers - set(TRIGGERS)):
+        raise UsageError(f"--accept-trigger: unknown trigger {unknown[0]!r} (one of {', '.join(TRIGGERS)})")
+    if args.accept_pr is not None and args.accept_pr <= 0:
+        raise UsageError(f"--accept-pr: expected a PR number, got {args.accept_pr}")
+    return Accepted(triggers=frozenset(triggers), pr=args.accept_pr)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -78,7 +98,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         raise OutputError(f"--site {args.site}: exists and is not a directory")
     try:
         outcome = publish(args.records, args.history, args.site, branch=args.branch, remote=args.remote,
-                          push=args.push)
+                          push=args.push, accepted=accepted_from(args))
     except OSError as exc:
         raise OutputError(f"{exc.filename or args.site}: {exc.strerror or exc}") from None
     print("\n".join(outcome.lines()))

@@ -15,6 +15,7 @@ from pathlib import Path
 from ootci.runner.history import history_store
 from ootci.runner.core.errors import OutputError, UsageError
 from ootci.runner.commands import history_collect
+from ootci.runner.commands.dashboard import accepted_from, add_accepted
 from ootci.runner.history.data_branch import pull, push
 from ootci.runner.history.merging import merge, merge_bisections
 from ootci.runner.history.missing_runs import MISSING_WHY, fill_missing, read_matrix
@@ -30,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--into", type=Path, required=True, metavar="DIR", help="the history directory")
     m.add_argument("--missing-ok", action="store_true",
                    help="a SOURCE that does not exist holds no runs (e.g. no job uploaded an artifact)")
+    add_accepted(m)
     m.set_defaults(func=cmd_merge)
 
     f = hsub.add_parser("fill-missing", help="write a `missing` record for each matrix entry whose job left none")
@@ -81,18 +83,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_merge(args: argparse.Namespace) -> int:
     if args.into.exists() and not args.into.is_dir():
         raise OutputError(f"--into: {args.into} exists and is not a directory")
-    outcome = merge(args.sources, args.into, missing_ok=args.missing_ok)
+    accepted = accepted_from(args)
+    outcome = merge(args.sources, args.into, missing_ok=args.missing_ok, accepted=accepted)
     for run_dir in outcome["rejected"]:
         print(f"ootci: history: skipped {run_dir}: record.json does not load, names another run, "
               "or its tests do not load")
+    for why in outcome["refused"]:
+        print(f"ootci: history: refused {why}")
     print(f"ootci: history {args.into}: {len(outcome['added'])} added, "
-          f"{len(outcome['present'])} already present, {len(outcome['rejected'])} skipped")
+          f"{len(outcome['present'])} already present, {len(outcome['rejected'])} skipped"
+          + (f", {len(outcome['refused'])} refused" if outcome["refused"] else ""))
     if outcome["shards"]:
         print(f"ootci: history: {len(outcome['shards'])} shard record(s) not added: "
               "`ootci shards merge` makes one record of the shards of a run, and that one is added")
-    bisections = merge_bisections(args.sources, args.into)
+    bisections = merge_bisections(args.sources, args.into, accepted=accepted)
     for directory in bisections["rejected"]:
         print(f"ootci: history: skipped {directory}: bisect.json does not load or names another bisection")
+    for why in bisections["refused"]:
+        print(f"ootci: history: refused {why}")
     if any(bisections.values()):
         print(f"ootci: history {args.into}: bisections: {len(bisections['added'])} added, "
               f"{len(bisections['updated'])} updated, {len(bisections['present'])} already present")

@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("matrix", help="JSON for a GitHub Actions strategy.matrix")
     p.add_argument("names", nargs="*", help="backends (default: all registered)")
     p.add_argument("--torch", help="torch spec for every entry (default: each manifest's ci.torch)")
+    p.add_argument("--trigger", default="nightly", choices=["manual", "nightly", "pr"],
+                   help="what the jobs run for: pr leaves out the volume a manifest mounts for ootci's cache "
+                        "(the nightly's), which a PR run must never get (default nightly)")
     p.set_defaults(func=cmd_matrix)
 
 
@@ -99,14 +102,30 @@ def _same_release(spec: str, pinned: str) -> bool:
         return False  # nightly, a wheel, a source build: another torch than a pinned release
 
 
-def matrix_entries(manifests: list[manifest_mod.Manifest], torch: str | None) -> list[dict]:
+CACHE_MOUNT = ":/var/cache/ootci"
+"""Where backend.yml's container jobs keep ootci's cache: a manifest's volume mounted there is the one the
+nightly reads, and backend.yml refuses a PR run any volume whose text holds this."""
+
+
+def container_input(m: manifest_mod.Manifest, for_pr: bool) -> str:
+    """backend.yml's `container` input for the manifest: for a PR run, without the volume it mounts for
+    ootci's cache (backend.yml gives a PR run a volume of its own there)."""
+    spec = m.ci.container_spec
+    if spec is None:
+        return ""
+    if for_pr:
+        spec = spec.model_copy(update={"volumes": [v for v in spec.volumes if CACHE_MOUNT not in v]})
+    return spec.workflow_input()
+
+
+def matrix_entries(manifests: list[manifest_mod.Manifest], torch: str | None, *, for_pr: bool = False) -> list[dict]:
     return [
         {
             "name": m.name,
             "device": m.device,
             "runs-on": m.ci.runs_on,
             # backend.yml's inputs as they are: the container as an image or as JSON, the rest as given.
-            "container": m.ci.container_input(),
+            "container": container_input(m, for_pr),
             "torch": torch or m.ci.torch,
             "python": m.ci.python,
             "login-shell": m.ci.login_shell,
@@ -122,5 +141,5 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     for m in manifests:
         if why := left_out(m, args.torch):
             print(f"ootci matrix: {m.name} left out: {why}", file=sys.stderr)
-    print(json.dumps({"include": matrix_entries(manifests, args.torch)}))
+    print(json.dumps({"include": matrix_entries(manifests, args.torch, for_pr=args.trigger == "pr")}))
     return 0

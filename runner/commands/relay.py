@@ -119,7 +119,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result = relay.plan(dispatch, manifests, default, relay.gate_label(args.label))
     by_name = {m.name: m for m in manifests}
     chosen = [by_name[n] for n in result.backends]
-    entries = matrix_entries(chosen, None)
+    entries = matrix_entries(chosen, None, for_pr=True)
     if args.manifest:  # backend.yml resolves a path, not the name of a manifest outside the registry
         entries = [{**entry, "name": registry.reference(by_name[entry["name"]])} for entry in entries]
     matrix = {"include": entries}

@@ -3,11 +3,16 @@
 A run record never changes once written, so merging is copying. The records of the shards
 of a sharded run (`shard` set) are not copied: `ootci shards merge` makes the one record of
 that run, which is. Bisections are merged with the runs of their steps.
+
+A publisher names what its own workflow run can have made (`Accepted`): the code a pull request
+runs in its jobs can upload artifacts into that run, so a record whose trigger or PR is not the
+run's own was not made by the run's ootci and is refused, never merged.
 """
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -16,13 +21,43 @@ from ootci.runner.core import atomic
 from ootci.runner.history import history_store
 from ootci.runner.records import record_files
 from ootci.runner.core.errors import UsageError
-from ootci.runner.models import BisectRecord
+from ootci.runner.models import BisectRecord, RunRecord
 
 
-def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str, list[str]]:
+TRIGGERS = ("manual", "nightly", "pr")
+"""What `ootci run --trigger` records: a run by hand, a night, a PyTorch PR."""
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The records a publishing workflow run can have made. `triggers`: theirs (empty: any); `pr`: the
+    PR a PR run tested, whose records alone it publishes, and no bisection (a PR run makes none)."""
+
+    triggers: frozenset[str] = frozenset()
+    pr: int | None = None
+
+    def refusal(self, record: RunRecord) -> str | None:
+        """Why `record` cannot be this run's, or None."""
+        if self.triggers and record.trigger not in self.triggers:
+            return f"its trigger is {record.trigger!r}, and this run publishes {', '.join(sorted(self.triggers))} runs"
+        if self.pr is not None and record.pr != self.pr:
+            tested = f"PR #{record.pr}" if record.pr else "no PR"
+            return f"it is a run of {tested}, and this run publishes PR #{self.pr}'s"
+        return None
+
+    @property
+    def bisections(self) -> bool:
+        return self.pr is None
+
+
+ANY = Accepted()
+
+
+def merge(sources: list[Path], into: Path, missing_ok: bool = False,
+          accepted: Accepted = ANY) -> dict[str, list[str]]:
     """Add new run directories to the history `into` (see history_store: the header and packed
-    tests, no logs); returns run ids by what happened to them."""
-    outcome: dict[str, list[str]] = {"added": [], "present": [], "rejected": [], "shards": []}
+    tests, no logs); returns run ids by what happened to them (`refused`: "<directory>: <why>")."""
+    outcome: dict[str, list[str]] = {"added": [], "present": [], "rejected": [], "shards": [], "refused": []}
     into.mkdir(parents=True, exist_ok=True)
     for source in sources:
         if missing_ok and not source.exists():
@@ -39,6 +74,9 @@ def merge(sources: list[Path], into: Path, missing_ok: bool = False) -> dict[str
             if record.shard:
                 # One shard of a sharded run: `ootci shards merge` makes the run's record of them.
                 outcome["shards"].append(str(run_dir))
+                continue
+            if why := accepted.refusal(record):
+                outcome["refused"].append(f"{run_dir}: {why}")
                 continue
             target = into / record.run_id
             if target.exists():
@@ -61,15 +99,19 @@ def copy_in(source: Path, target: Path) -> None:
         shutil.copytree(source, staging, dirs_exist_ok=True)
 
 
-def merge_bisections(sources: list[Path], into: Path) -> dict[str, list[str]]:
+def merge_bisections(sources: list[Path], into: Path, accepted: Accepted = ANY) -> dict[str, list[str]]:
     """Copy bisection directories (`<bisect_id>/bisect.json` and its steps) into `into`. A bisection
     is rewritten while it runs: a copy that has more steps, or has finished, replaces the one held."""
-    outcome: dict[str, list[str]] = {"added": [], "updated": [], "present": [], "rejected": []}
+    outcome: dict[str, list[str]] = {"added": [], "updated": [], "present": [], "rejected": [], "refused": []}
     for source in sources:
         if not source.is_dir():
             continue
         for path in sorted(source.rglob(record_files.BISECT_NAME)):
             if path.parent.resolve().is_relative_to(into.resolve()):
+                continue
+            if not accepted.bisections:
+                outcome["refused"].append(f"{path.parent}: a bisection, and this run publishes runs of PR "
+                                          f"#{accepted.pr} only")
                 continue
             try:
                 new = BisectRecord.model_validate_json(path.read_bytes())

@@ -152,6 +152,9 @@ on:
 
 permissions: {}
 
+# The PR's code runs in these jobs: GitHub's cache service refuses them every cache save.
+cache-mode: read
+
 # One run per PR: a new push cancels the older run, `closed` cancels a run in progress, and a
 # cancelled run sends the relay nothing more.
 concurrency:
@@ -173,6 +176,15 @@ jobs:
       torch: ${{ vars.OOTCI_PR_TORCH }}
       # Runners for the source build of the PR's torch (a big machine), e.g. '["self-hosted", "linux-x64-32core"]'.
       torch-build-runs-on: '["ubuntu-latest"]'
+      # The accelerator runner's own card(s) for the backend's container, names under /dev.
+      devices: ${{ vars.OOTCI_DEVICES }}
+      # The nightlies each report compares the PR's runs with: ootci's data branch records registered backends.
+      history-repository: ${{ vars.OOTCI_HISTORY_REPOSITORY || 'ootci/ootci' }}
+    # The PR's code runs where these go: read-only, narrowly scoped credentials (both optional).
+    secrets:
+      pip-extra-index-url: ${{ secrets.OOTCI_PIP_EXTRA_INDEX_URL }}
+      registry-username: ${{ secrets.OOTCI_REGISTRY_USERNAME }}
+      registry-password: ${{ secrets.OOTCI_REGISTRY_PASSWORD }}
 """.replace("@REPOSITORY@", OOTCI_REPOSITORY).replace("@REF@", ref.ref).replace("@VERSION@", ref.version) \
         .replace("@CALLBACK@", RELAY_CALLBACK_URL)
 

@@ -75,16 +75,22 @@ def _build_env(ctx: RunContext, python: Path, wheel_dir: Path, source_dir: Path 
 def run(ctx: RunContext) -> StageResult:
     m = ctx.manifest
     log = ctx.log_path()
+    # The backend commit that ran, for the record (the page, and a bisection from two runs): a git
+    # source's, or the HEAD of the work tree a path source is in, with whether the tree was dirty.
+    built_from: dict[str, object] = {}
     if m.source.kind == "path":
         source_dir = m.source_dir()
         assert source_dir is not None
         if not source_dir.is_dir():
             return config_failure(NAME, f"{m.path}: field 'source.path': {source_dir} is not a directory")
         source_id = sources.tree_hash(source_dir)
+        if state := sources.work_tree_commit(source_dir):
+            built_from = {"commit": state[0], "dirty": state[1]}
         source_dir = sources.buildable(source_dir, ctx.cache)
     elif m.source.kind == "git":
         source_dir, commit = sources.checkout(m, ctx.cache, log=log, timeout=m.timeouts.build)
         source_id = f"{commit}:{m.source.subdir}"
+        built_from = {"commit": commit, "dirty": False}
     else:
         source_dir, source_id = None, m.source.requirement
     ctx.source_dir = source_dir
@@ -101,9 +107,10 @@ def run(ctx: RunContext) -> StageResult:
         if not cached:
             failure = _build_into(ctx, wheel_dir, source_dir)
             if failure is not None:
+                failure.data.update({"source": source_id, **built_from})  # a bisection starts from a red build too
                 return failure
     ctx.wheels = sorted(wheel_dir.glob("*.whl"))
-    data = {"cache_hit": bool(cached), "wheels": [str(w) for w in ctx.wheels], "source": source_id}
+    data = {"cache_hit": bool(cached), "wheels": [str(w) for w in ctx.wheels], "source": source_id, **built_from}
     main = _main_wheel(ctx)
     meta = _metadata(main)
     if m.build.recipe == "prebuilt" and meta is not None and ctx.torch_under_test is not None:

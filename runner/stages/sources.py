@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import site
 import sysconfig
@@ -81,30 +80,6 @@ def checkout(manifest: Manifest, cache: Path, *, log: Path, timeout: float) -> t
     return package, head.strip()
 
 
-def remote_commit(manifest: Manifest, *, timeout: float = 120) -> str:
-    """The commit a git source's ref names now, asked with `git ls-remote` (nothing is cloned).
-
-    A full commit is its own answer, and so is an abbreviated one (a remote lists refs,
-    not commits); a branch or tag is looked up, as `checkout` would find it."""
-    src = manifest.source
-    assert src.git
-    if re.fullmatch(r"[0-9a-f]{7,40}", src.ref):
-        return src.ref
-    try:
-        listed = git(None, "ls-remote", "--", src.git, src.ref, config=QUIET, timeout=timeout)
-    except GitError as exc:
-        raise ManifestError(f"{manifest.path}: field 'source.git': cannot read {src.git}: {exc.detail}") from None
-    refs = {}
-    for line in listed.splitlines():
-        commit, _, ref = line.partition("\t")
-        if ref:
-            refs[ref.strip()] = commit.strip()
-    for candidate in (src.ref, f"refs/heads/{src.ref}", f"refs/tags/{src.ref}^{{}}", f"refs/tags/{src.ref}"):
-        if candidate in refs:
-            return refs[candidate]
-    raise ManifestError(f"{manifest.path}: field 'source.ref': no such ref {src.ref!r} in {src.git}")
-
-
 # -- a path source's own git history ---------------------------------------------------
 
 
@@ -126,6 +101,46 @@ def work_tree(directory: Path) -> tuple[Path, str] | None:
     if not lines:
         return None
     return Path(lines[0].strip()), (lines[1].strip().rstrip("/") if len(lines) > 1 else "")
+
+
+def _build_product(relative: Path) -> bool:
+    """What tree_hash leaves out: build products and caches inside a source tree."""
+    return (any(part in IGNORED_DIRS or part.endswith(".egg-info") for part in relative.parts)
+            or relative.name.endswith(IGNORED_SUFFIXES))
+
+
+def work_tree_commit(directory: Path) -> tuple[str, bool] | None:
+    """(the commit HEAD names, whether `directory` differs from it) for a path source inside a git work
+    tree, else None (not in one, no commit yet, or no git).
+
+    A run records it, so a vendor's nightly can bisect its own backend from two run records, and the
+    page says which commit ran. Build products and caches inside the directory (what tree_hash leaves
+    out) are no change; anything else uncommitted there, untracked files too, makes the tree dirty.
+    A directory the work tree tracks nothing of is not its source (a tree exported into ootci's cache,
+    which may lie in some checkout, ignored): None."""
+    found = work_tree(directory)
+    if found is None:
+        return None
+    top, prefix = found
+    config = [*QUIET, f"safe.directory={directory}", f"safe.directory={top}"]
+    try:
+        if not git(directory, "ls-files", "-z", "--", ".", config=config, timeout=120):
+            return None
+        head = git(directory, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", config=config, timeout=60).strip()
+        status = git(directory, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".",
+                     config=config, timeout=300)
+    except GitError:
+        return None
+    changed: list[Path] = []
+    fields = iter(status.split("\0"))
+    for field in fields:
+        if len(field) < 4:
+            continue
+        changed.append(Path(field[3:]))  # "XY path", relative to the work tree's top
+        if field[0] in "RC":
+            next(fields, None)  # a rename or copy names its source next
+    prefixed = [path.relative_to(prefix) if prefix and path.is_relative_to(prefix) else path for path in changed]
+    return head, any(not _build_product(path) for path in prefixed)
 
 
 def export(top: Path, commit: str, cache: Path, *, log: Path, timeout: float) -> Path:

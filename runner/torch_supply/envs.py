@@ -45,9 +45,23 @@ READY_MARKER = ".ootci-ready"
 """written last into a finished environment (JSON: how it was made); without it the environment is rebuilt"""
 
 
+UNTRUSTED_ROOT = "ootci-pr"
+"""The default cache root of untrusted runs on a machine that keeps its files (see cache_root)."""
+
+
 def cache_root() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ootci"
-    return Path(os.environ.get("OOTCI_CACHE", default))
+    """$OOTCI_CACHE, else `~/.cache/ootci` (under $XDG_CACHE_HOME when set).
+
+    A run of a pull request's code (the workflows set OOTCI_TRUST=pr for it) on a self-hosted runner,
+    whose files outlive the job, defaults to a root of its own, `~/.cache/ootci-pr`: what it builds or
+    installs is never where a trusted run (the nightly, a bisection) looks. On a GitHub-hosted runner
+    nothing outlives the job, and both use the same root, so a PR run can restore what a trusted run
+    saved with actions/cache (which keys entries by path)."""
+    explicit = os.environ.get("OOTCI_CACHE")
+    if explicit:
+        return Path(explicit)
+    untrusted = os.environ.get("OOTCI_TRUST") == "pr" and os.environ.get("RUNNER_ENVIRONMENT") == "self-hosted"
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (UNTRUSTED_ROOT if untrusted else "ootci")
 
 
 def digest(*parts: object, length: int = 16) -> str:

@@ -696,3 +696,20 @@ def test_run_page_says_what_is_new_what_is_known_and_what_is_fixed(tmp_path):
     assert [f["test"] for f in api(out, "openreg")["new_failures"]] == [ids[2]]
     known_page = (out / "runs" / "openreg" / f"{safe_name(known.run_id)}.html").read_text()
     assert "new failures 0" in known_page and f"still failing, known {xfailed + 1}" in known_page
+
+
+def test_a_run_page_says_which_backend_commit_ran_and_whether_its_tree_was_dirty(tmp_path):
+    """Issue 43: the page could not say which backend commit ran. The build stage records it (a git
+    source's, or the HEAD of the work tree a path source is in) and whether the tree was dirty."""
+    data, out = tmp_path / "runs", tmp_path / "site"
+    clean, dirty, unknown = write_nights(data, "gaudi", range(0, 3))
+    for record, built in ((clean, {"commit": "a" * 40, "dirty": False}), (dirty, {"commit": "b" * 40, "dirty": True}),
+                          (unknown, {})):
+        record.stage("build").data.update(built)
+        synthetic.write_record(data, record)
+    build(data, out, run_pages=None)
+    page = {r.run_id: (out / "runs" / "gaudi" / f"{r.run_id}.html").read_text() for r in (clean, dirty, unknown)}
+    assert f"commit <code>{'a' * 40}</code></dd>" in page[clean.run_id]
+    assert f"commit <code>{'b' * 40}</code> <span class=\"bad\">with uncommitted changes</span>" in page[dirty.run_id]
+    [backend_line] = [line for line in page[unknown.run_id].splitlines() if line.startswith("<dt>Backend</dt>")]
+    assert "commit" not in backend_line and "gaudi" in backend_line

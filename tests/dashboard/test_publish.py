@@ -24,10 +24,10 @@ def run_id(backend: str, suffix: str) -> str:
     return f"{backend}-{NOW:%Y%m%dT%H%M%SZ}-{suffix}"
 
 
-def unpacked(directory: Path, backend: str, suffix: str) -> str:
+def unpacked(directory: Path, backend: str, suffix: str, trigger: str = "manual", pr: int | None = None) -> str:
     """One run's artifact, as download-artifact leaves it (the run directory under `directory`)."""
     rid = run_id(backend, suffix)
-    zipfile.ZipFile(io.BytesIO(run_artifact(rid, backend, NOW))).extractall(directory)
+    zipfile.ZipFile(io.BytesIO(run_artifact(rid, backend, NOW, trigger=trigger, pr=pr))).extractall(directory)
     return rid
 
 
@@ -98,3 +98,54 @@ def test_a_history_directory_in_use_is_one_line(tmp_path, data):
                       "--site", str(tmp_path / "site"), "--remote", str(data))
     assert published.returncode != 0
     assert published.stderr.count("\n") == 1 and "exists and is not empty" in published.stderr
+
+
+def test_a_pr_runs_publish_refuses_what_its_jobs_cannot_have_made(tmp_path, data):
+    """Issue 43: the PR's code can upload artifacts into its own run, and pytorch-pr.yml's publish pushed
+    whatever `ootci-run-*` it found. With the run's trigger and PR given, a forged nightly record, a record
+    of another PR and a bisection are refused, named, and never reach the data branch or the page; the
+    PR's own record is published."""
+    records = tmp_path / "records"
+    own = unpacked(records, "openreg", "aaaaaa", trigger="pr", pr=167123)
+    forged = unpacked(records, "acme-npu", "bbbbbb", trigger="nightly")
+    other_pr = unpacked(records, "openreg", "cccccc", trigger="pr", pr=1)
+    bisection = records / "openreg-bisect-x"
+    bisection.mkdir()
+    (bisection / "bisect.json").write_text("{}")  # refused before it is even read
+    published = ootci("dashboard", "publish", str(records), "--history", str(tmp_path / "history"),
+                      "--site", str(tmp_path / "site"), "--remote", str(data),
+                      "--accept-trigger", "pr", "--accept-pr", "167123")
+
+    assert published.returncode == 0, published.stderr
+    assert f"refused {records / forged}: its trigger is 'nightly', and this run publishes pr runs" in published.stdout
+    assert f"refused {records / other_pr}: it is a run of PR #1, and this run publishes PR #167123's" in published.stdout
+    assert f"refused {bisection}: a bisection" in published.stdout
+    assert "1 run(s) and 0 bisection(s) added" in published.stdout
+    on_branch = data_branch_files(data)
+    assert f"runs/{own}/record.json" in on_branch
+    assert not any(forged in f or other_pr in f or "bisect" in f for f in on_branch)
+    site = pages(tmp_path / "site")
+    assert own in site and forged not in site and other_pr not in site
+
+
+def test_a_nightly_publishes_only_its_own_trigger_and_says_what_it_refused(tmp_path, data):
+    records = tmp_path / "records"
+    night = unpacked(records, "openreg", "aaaaaa", trigger="nightly")
+    pr_run = unpacked(records, "openreg", "bbbbbb", trigger="pr", pr=7)
+    published = ootci("dashboard", "publish", str(records), "--history", str(tmp_path / "history"),
+                      "--site", str(tmp_path / "site"), "--remote", str(data), "--accept-trigger", "nightly")
+    assert published.returncode == 0, published.stderr
+    assert f"refused {records / pr_run}: its trigger is 'pr'" in published.stdout
+    assert {f"runs/{night}/record.json"} == {f for f in data_branch_files(data) if f.endswith("record.json")}
+    # Without the run's triggers (a publish by hand) everything is taken, as before.
+    merged = ootci("history", "merge", str(records), "--into", str(tmp_path / "all"))
+    assert merged.returncode == 0 and "2 added" in merged.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--accept-trigger", "nightly,schedule"], "--accept-trigger: unknown trigger 'schedule'"),
+    (["--accept-pr", "0"], "--accept-pr: expected a PR number, got 0"),
+])
+def test_what_a_publisher_accepts_is_checked(tmp_path, data, args, message):
+    published = ootci("history", "merge", str(tmp_path), "--into", str(tmp_path / "into"), *args)
+    assert published.returncode == 2 and message in published.stderr

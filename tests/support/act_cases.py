@@ -90,6 +90,21 @@ def cache_entries(act_dir: Path) -> dict[str, dict]:
     return {(e := json.loads(p.read_text()))["key"]: e for p in sorted((act_dir / "cache").glob("*.json"))}
 
 
+def cache_requests(act_dir: Path) -> list[dict]:
+    """Every restore and lookup the workflows asked the cache for under act, in order: key, restore-keys,
+    lookup-only, path, job."""
+    log = act_dir / "cache" / "requests.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+
+
+def plant_artifact(act_dir: Path, name: str, artifact: bytes, attempt: int = 1) -> None:
+    """An artifact in the run's store as if a job of the run had uploaded it (a zip, unpacked), as a PR's
+    code can upload into its own run."""
+    zipfile.ZipFile(io.BytesIO(artifact)).extractall(act_dir / "artifacts" / name)
+    (act_dir / ".artifacts").mkdir(exist_ok=True)
+    (act_dir / ".artifacts" / f"{name}.json").write_text(json.dumps({"name": name, "attempt": attempt, "files": 1}))
+
+
 def merge_artifact(artifact: bytes, scratch: Path, runs: Path) -> None:
     """An `ootci-run-*` artifact (its zip) unpacked into `scratch` and merged into a history's `runs`."""
     zipfile.ZipFile(io.BytesIO(artifact)).extractall(scratch)

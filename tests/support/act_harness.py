@@ -9,15 +9,18 @@ ever runs. act intercepts `actions/checkout` of the repository itself and copies
 tree instead, which works offline. The data branch's remote is $OOTCI_ACT_DIR/data.git,
 given to ootci as $OOTCI_DATA_REMOTE.
 
-One translation is needed: the workflows reference their own actions and reusable
-workflows with GitHub's self-repository syntax (`uses: $/actions/setup`), which keeps
-them on the ootci revision a vendor's workflow called, and act does not know it yet.
-It is rewritten in the copy that act runs to what GitHub resolves it to:
-- when ootci runs its own workflows, the workspace *is* this repository at this
-  revision, so `$/` means `./`;
-- when another repository calls `ootci/ootci/.github/workflows/backend.yml@<sha>`,
-  `$/actions/setup` means `ootci/ootci/actions/setup@<sha>`, which act finds through
-  `--local-repository ootci/ootci@<sha>=<the copy>` (see `as_called_from_elsewhere`).
+Two translations are needed, both in the copy that act runs (`as_act_reads`):
+- the workflows reference their own actions and reusable workflows with GitHub's
+  self-repository syntax (`uses: $/actions/setup`), which keeps them on the ootci revision a
+  vendor's workflow called, and act does not know it yet. It is rewritten to what GitHub
+  resolves it to: when ootci runs its own workflows, the workspace *is* this repository at
+  this revision, so `$/` means `./`; when another repository calls
+  `ootci/ootci/.github/workflows/backend.yml@<sha>`, `$/actions/setup` means
+  `ootci/ootci/actions/setup@<sha>`, which act finds through `--local-repository
+  ootci/ootci@<sha>=<the copy>` (see `as_called_from_elsewhere`);
+- act's workflow schema predates GitHub's `cache-mode` and refuses the key, so it is left
+  out. It is GitHub's cache service that enforces it, and the stand-in cache has no cache
+  token to limit: what the act tests show about the cache is what holds without it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 from tests.support import act_stand_ins
 
 SELF_REFERENCE = re.compile(r"(\buses:\s*)\$/([^\s@#]+)")
+CACHE_MODE = re.compile(r"^[ ]*cache-mode:[^\n]*\n", re.M)
 OOTCI_REPOSITORY = "ootci/ootci"
 REMOTE_ACTION = re.compile(r"\buses:\s*([\w.-]+/[\w.-]+)((?:/[\w.-]+)*)@([0-9a-f]{40})")
 # act copies the working tree for a checkout of the repository itself, offline.
@@ -62,6 +66,11 @@ def resolve_self_references(text: str, called_at: str | None = None) -> str:
     return SELF_REFERENCE.sub(lambda m: f"{m.group(1)}{OOTCI_REPOSITORY}/{m.group(2)}@{called_at}", text)
 
 
+def as_act_reads(text: str, called_at: str | None = None) -> str:
+    """A workflow or action as act can run it: `$/` resolved, `cache-mode` left out (module docstring)."""
+    return CACHE_MODE.sub("", resolve_self_references(text, called_at))
+
+
 def copy_repository(repo: Path, dest: Path, called_at: str | None = None) -> Path:
     """The working tree (tracked and untracked files, not ignored ones) as a fresh git repository.
     called_at: the SHA another repository's workflow calls ootci at (None: ootci runs itself)."""
@@ -75,7 +84,7 @@ def copy_repository(repo: Path, dest: Path, called_at: str | None = None) -> Pat
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
     for path in workflow_files(dest):
-        path.write_text(resolve_self_references(path.read_text(), called_at))
+        path.write_text(as_act_reads(path.read_text(), called_at))
     git = ["git", "-C", str(dest), "-c", "user.name=ootci-test", "-c", "user.email=test@example.invalid"]
     subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)

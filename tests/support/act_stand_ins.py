@@ -9,10 +9,13 @@ it, in $OOTCI_ACT_DIR:
   `overwrite`; hidden files stay out unless `include-hidden-files`; a download without a token and
   a run id sees only what this attempt uploaded; `pattern` is a glob with `{a,b}` alternatives, and
   each match goes to `path/<name>/` unless `merge-multiple`;
-- Pages (`upload-pages-artifact` tars the site into an artifact; `deploy-pages` unpacks the named
-  artifact, of any attempt, into `site/`, the deployed site);
-- the cache keeps keys, not contents (`cache/<key>.json`: the paths, files and bytes saved):
-  every restore misses, and a key is saved once; what a test reads is what was saved under which key;
+- Pages (`upload-pages-artifact` tars the site into an artifact, hidden files left out unless
+  `include-hidden-files`, as v5 does; `deploy-pages` unpacks the named artifact, of any attempt, into
+  `site/`, the deployed site);
+- the cache keeps keys, not contents (`cache/<key>.json`: the paths, files and bytes saved), and a key
+  is saved once; a lookup (`lookup-only`) finds a saved key, a restore finds none, but for an entry a
+  test planted with contents (`plant`: what a PR's code could have saved), which it really restores;
+  every restore and lookup is logged in `cache/requests.jsonl`, for the tests to read who asked for what;
 - setup-python: the Python first on PATH stands in for the toolcache's.
 
 So the workflows run under act exactly as on GitHub, with no `env.ACT` branch for these services.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import io
 import json
 import os
 import re
@@ -74,9 +78,8 @@ STAND_INS = {
     "actions/cache/save": _action("actions/cache/save", "cache-save", {"path": "", "key": ""}, ()),
     "actions/upload-pages-artifact": _action(
         "actions/upload-pages-artifact", "upload-pages-artifact",
-        {"path": "_site/", "name": "github-pages", "retention-days": "1"}, ("artifact_id",)),
-    "actions/configure-pages": _action("actions/configure-pages", "configure-pages", {"enablement": "false"},
-                                       ("base_url", "origin", "host", "base_path")),
+        {"path": "_site/", "name": "github-pages", "retention-days": "1", "include-hidden-files": "false"},
+        ("artifact_id",)),
     "actions/deploy-pages": _action("actions/deploy-pages", "deploy-pages",
                                     {"artifact_name": "github-pages", "token": ""}, ("page_url",)),
 }
@@ -232,14 +235,60 @@ def download_artifact() -> None:
     _output(**{"download-path": str(target)})
 
 
-def _cache_entry(key: str) -> Path:
-    return _state_dir() / "cache" / (re.sub(r"[^A-Za-z0-9._-]", "_", key)[:200] + ".json")
+def _cache_entry(key: str, state: Path | None = None) -> Path:
+    return (state or _state_dir()) / "cache" / (re.sub(r"[^A-Za-z0-9._-]", "_", key)[:200] + ".json")
+
+
+def plant(state: Path, key: str, path: Path, files: dict[str, bytes]) -> None:
+    """An entry saved under `key` for `path` with `files` (relative name -> bytes), as a PR's code can
+    save one with its job's cache token: the one kind of entry a restore here extracts."""
+    entry = _cache_entry(key, state)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    archive = entry.with_suffix(".tar")
+    with tarfile.open(archive, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    entry.write_text(json.dumps({"key": key, "paths": [str(path)], "files": len(files),
+                                 "bytes": sum(map(len, files.values())), "archive": str(archive)}))
+
+
+def _matching_entry(key: str, restore_keys: list[str]) -> dict | None:
+    """The entry GitHub would find: the exact key, else the newest whose key starts with a restore key."""
+    entries = [json.loads(p.read_text()) for p in sorted((_state_dir() / "cache").glob("*.json"))]
+    exact = [e for e in entries if e["key"] == key]
+    if exact:
+        return exact[0]
+    for prefix in restore_keys:
+        matched = [e for e in entries if e["key"].startswith(prefix)]
+        if matched:
+            return matched[-1]
+    return None
 
 
 def cache_restore() -> None:
     key = _input("key")
     if not key:
         raise Refused("Input required and not supplied: key")
+    lookup = _flag("lookup-only")
+    requests = _state_dir() / "cache" / "requests.jsonl"
+    requests.parent.mkdir(parents=True, exist_ok=True)
+    with requests.open("a") as log:
+        log.write(json.dumps({"key": key, "restore-keys": _lines("restore-keys"), "lookup-only": lookup,
+                              "path": _input("path"), "job": os.environ.get("GITHUB_JOB", ""),
+                              "attempt": _attempt()}) + "\n")
+    entry = _matching_entry(key, _lines("restore-keys"))
+    if entry is not None and (lookup or "archive" in entry):
+        if not lookup:
+            target = _workspace_path(_input("path"))
+            target.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(entry["archive"]) as tar:
+                tar.extractall(target, filter="data")
+        print(f"Cache {'found' if lookup else 'restored'} from key: {entry['key']}")
+        _output(**{"cache-hit": str(entry["key"] == key).lower(), "cache-primary-key": key,
+                   "cache-matched-key": entry["key"]})
+        return
     if _flag("fail-on-cache-miss"):
         raise Refused(f"Failed to restore cache entry. Exiting as fail-on-cache-miss is set. Input key: {key}")
     print(f"Cache not found for input keys: {', '.join([key, *_lines('restore-keys')])}")
@@ -276,17 +325,13 @@ def upload_pages_artifact() -> None:
     with tarfile.open(scratch / "artifact.tar", "w") as tar:
         for path in sorted(site.rglob("*")):
             relative = path.relative_to(site)
-            if relative.parts[0] not in (".git", ".github"):
-                tar.add(path, arcname=f"./{relative.as_posix()}", recursive=False)
+            # v5 leaves every hidden file out unless asked to keep them; .git and .github always.
+            if relative.parts[0] in (".git", ".github") or (_hidden(relative) and not _flag("include-hidden-files")):
+                continue
+            tar.add(path, arcname=f"./{relative.as_posix()}", recursive=False)
     name = _input("name") or "github-pages"
     _store(name, scratch, [scratch / "artifact.tar"], overwrite=False)
     _output(artifact_id=name)
-
-
-def configure_pages() -> None:
-    owner, _, repo = os.environ.get("GITHUB_REPOSITORY", "owner/repo").partition("/")
-    _output(base_url=f"https://{owner}.github.io/{repo}", origin=f"https://{owner}.github.io", host=f"{owner}.github.io",
-            base_path=f"/{repo}")
 
 
 def deploy_pages() -> None:
@@ -319,7 +364,7 @@ def setup_python() -> None:
 
 KINDS = {"setup-python": setup_python, "upload-artifact": upload_artifact, "download-artifact": download_artifact,
          "cache-restore": cache_restore, "cache-save": cache_save, "upload-pages-artifact": upload_pages_artifact,
-         "configure-pages": configure_pages, "deploy-pages": deploy_pages}
+         "deploy-pages": deploy_pages}
 
 
 def main(argv: list[str]) -> int:

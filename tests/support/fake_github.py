@@ -37,10 +37,11 @@ def zipped(files: dict[str, bytes | str]) -> bytes:
     return buffer.getvalue()
 
 
-def run_artifact(run_id: str, backend: str, started: dt.datetime) -> bytes:
+def run_artifact(run_id: str, backend: str, started: dt.datetime, *, trigger: str = "manual",
+                 pr: int | None = None) -> bytes:
     """An `ootci-run-*` artifact as publish-results uploads it: the run directory at the zip's root."""
     record = RunRecord(run_id=run_id, backend=backend, device=backend, torch=TorchInfo(spec="nightly"),
-                       started_at=started, status=Status.passed,
+                       trigger=trigger, pr=pr, started_at=started, status=Status.passed,
                        stages=[StageResult(name="build", status=Status.passed, summary="built")])
     return zipped({f"{run_id}/record.json": record.model_dump_json(indent=2), f"{run_id}/logs/build.log": "built\n"})
 

