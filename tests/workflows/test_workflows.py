@@ -372,7 +372,7 @@ def test_bisect_is_a_reusable_workflow_with_its_inputs():
     inputs = doc["on"]["workflow_call"]["inputs"]
     expected = {
         "backend": ("string", None), "good": ("string", ""), "bad": ("string", ""), "axis": ("string", ""),
-        "torch": ("string", ""), "suites": ("string", "smoke,integration"), "max-steps": ("number", 8),
+        "torch": ("string", ""), "suites": ("string", "smoke,integration,upstream"), "max-steps": ("number", 8),
         "runs-on": ("string", '["ubuntu-latest"]'), "python-version": ("string", "3.11"),
         "history-branch": ("string", "ootci-data"), "history-repository": ("string", ""),
         "container": ("string", ""), "devices": ("string", ""), "login-shell": ("boolean", False),
