@@ -12,7 +12,7 @@ made stable (runner/suites/device_type_ids.py) and dtypes the backend does not c
 the test that took the time is the failure.
 
 The second opinion: every test that failed on the device (failed, error, crashed, timed out)
-runs once more, in two processes for all files. One re-runs the failing tests on the device: flaky
+runs once more, in two processes for all files, side by side. One re-runs the failing tests on the device: flaky
 or failing, the retry every suite gets (here at most one). The other runs the same tests and dtypes
 on CPU, with the backend not loaded at all (no import, `TORCH_DEVICE_BACKEND_AUTOLOAD=0`: a
 backend that patches torch, or breaks `import torch`, must not make CPU fail too), and collects
@@ -53,6 +53,8 @@ which runs in the environment under test (a test checks the two)"""
 INI = SUITES_DIR / "upstream" / "pytest.ini"
 PLUGIN = "ootci_upstream"
 CPU = "cpu"
+RETRY, ON_CPU = "retry", "on-cpu"
+"""the second opinion's two runs: the failing tests again on the device, and on CPU"""
 MISSING_MODULE_HINT = "list its package in `requirements` of [suites.upstream] in the manifest"
 # Before 2.5, PYTORCH_TESTING_DEVICE_ONLY_FOR knew a PrivateUse1 backend only as `privateuse1`
 # (pytorch#133082 taught it the backend's own name).
@@ -166,17 +168,25 @@ class UpstreamRunner:
         self.cwd.mkdir(parents=True, exist_ok=True)
         selected = {file: None if only is None else [i for i in only if file_of(i) == file] for file in files}
         selected = {file: ids for file, ids in selected.items() if ids is None or ids}
+        # The biggest files first, so that the last to finish is a short one.
+        order = sorted(selected, key=lambda f: -self._size(f))
         with ThreadPoolExecutor(max_workers=self.parallel) as pool:
-            done = dict(zip(selected, pool.map(lambda f: self._on_device(f, selected[f]), selected)))
-        self._join_logs(list(selected))
-        on_device = {file: (run, took) for file, (run, took) in done.items()}
+            done = dict(zip(order, pool.map(lambda f: self._on_device(f, selected[f]), order)))
+        on_device = {file: done[file] for file in selected}
         start = time.monotonic()
         again, on_cpu = self._second_opinion({f: run for f, (run, _) in on_device.items()})
         second_s = time.monotonic() - start
+        self._join_logs([*selected, RETRY, ON_CPU])
         runs = [self._file_run(file, run, took, again, on_cpu) for file, (run, took) in on_device.items()]
         out = self.junit_dir / f"{SUITE}.xml"
         junit.write(out, SUITE, [r for f in runs for r in f.results])
         return UpstreamRun(runs, out, round(second_s, 3))
+
+    def _size(self, file: str) -> int:
+        try:
+            return (self.test_dir / file).stat().st_size
+        except OSError:
+            return 0
 
     def _on_device(self, file: str, only: list[str] | None) -> tuple[SuiteRun, float]:
         start = time.monotonic()
@@ -186,22 +196,23 @@ class UpstreamRunner:
                               part=part_name(file)), only)
         return run, time.monotonic() - start
 
-    def _file_log(self, file: str) -> Path | None:
+    def _file_log(self, part: str) -> Path | None:
         if self.log is None:
             return None
-        return self.log.with_suffix("") / f"{part_name(file)}.log"
+        return self.log.with_suffix("") / f"{part_name(part)}.log"
 
-    def _join_logs(self, files: list[str]) -> None:
-        """The files' own logs (they ran side by side) into the stage's, one after the other."""
+    def _join_logs(self, parts: list[str]) -> None:
+        """The own logs of the files and of the second opinion (they ran side by side) into the
+        stage's, one after the other."""
         if self.log is None:
             return
         with open(self.log, "ab") as log:
-            for file in files:
-                own = self._file_log(file)
-                log.write(f"==== ootci: upstream {file} ====\n".encode())
+            for part in parts:
+                own = self._file_log(part)
                 if own is not None and own.is_file():
-                    with open(own, "rb") as part:
-                        shutil.copyfileobj(part, log)
+                    log.write(f"==== ootci: upstream {part} ====\n".encode())
+                    with open(own, "rb") as text:
+                        shutil.copyfileobj(text, log)
 
     def _runner(self, deadline: float, log: Path | None = None) -> SuiteRunner:
         if log is not None:
@@ -218,22 +229,27 @@ class UpstreamRunner:
         not_collected = [f for f, run in on_device.items() if any(r.id == f and _failing(r) for r in run.results)]
         ids = [i for ids in failing.values() for i in ids]
         files = [f for f, ids in failing.items() if ids]
-        again: dict[str, TestResult] = {}
-        if ids and self.manifest.retries > 0 and self.deadline - time.monotonic() > 1:
-            run = self._runner(self.deadline).run(
-                spec(self.test_dir, files, device=self.device, cwd=self.cwd, workers=0, part="retry",
-                     env=environment(self.selection, self.suite)), ids)
-            again = {r.id: r for r in run.results if r.message != NOT_REACHED}
-        on_cpu: dict[str, TestResult] = {}
-        if (ids or not_collected) and self.deadline - time.monotonic() > 1:
+        runs: dict[str, tuple[SuiteSpec, list[str]]] = {}
+        if ids and self.manifest.retries > 0:
+            runs[RETRY] = (spec(self.test_dir, files, device=self.device, cwd=self.cwd, workers=0, part=RETRY,
+                                env=environment(self.selection, self.suite)), ids)
+        if ids or not_collected:
             cpu = spec(self.test_dir, sorted({*files, *not_collected}), device=self.device, cwd=self.cwd, workers=0,
-                       part="on-cpu", env={**environment(CPU, self.suite), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+                       part=ON_CPU, env={**environment(CPU, self.suite), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
                        cpu_twins=True)
             cpu.import_backend = False
-            run = self._runner(self.deadline).run(cpu, [i + CPU_TWIN for i in ids] + not_collected)
-            for r in run.results:
-                if r.id in not_collected or r.id.endswith(CPU_TWIN):
-                    on_cpu[r.id.removesuffix(CPU_TWIN)] = r
+            runs[ON_CPU] = (cpu, [i + CPU_TWIN for i in ids] + not_collected)
+        if not runs or self.deadline - time.monotonic() <= 1:
+            return {}, {}
+        # Side by side: each process imports torch and the failing files, and neither needs the other.
+        with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+            done = dict(zip(runs, pool.map(
+                lambda part: self._runner(self.deadline, log=self._file_log(part)).run(*runs[part]), runs)))
+        again = {r.id: r for r in done[RETRY].results if r.message != NOT_REACHED} if RETRY in done else {}
+        on_cpu: dict[str, TestResult] = {}
+        for r in done[ON_CPU].results if ON_CPU in done else ():
+            if r.id in not_collected or r.id.endswith(CPU_TWIN):
+                on_cpu[r.id.removesuffix(CPU_TWIN)] = r
         return again, {i: r for i, r in on_cpu.items() if _failing(r)}
 
     def _file_run(self, file: str, on_device: SuiteRun, took: float, again: dict[str, TestResult],
