@@ -142,7 +142,7 @@ def test_bad_input_gets_one_line_and_an_exit_code(torch_layer, tmp_path):
     unknown = ootci("test", "--python", str(torch_layer.python), "--backend", str(SYNTHETIC), "--suite", "nosuch")
     assert unknown.returncode == 2
     assert unknown.stderr.strip() == ("ootci: --suite 'nosuch': not a suite of synthetic "
-                                      "(known: smoke, integration, outcomes, hangs, crash, command, missing)")
+                                      "(known: smoke, integration, upstream, outcomes, hangs, crash, command, missing)")
     no_python = ootci("test", "--python", str(tmp_path / "nopython"), "--backend", str(SYNTHETIC), "--suite", "smoke")
     assert no_python.returncode == 7 and "no such interpreter" in no_python.stderr
     bad = tmp_path / "backend.toml"

@@ -66,9 +66,9 @@ def _manifest(where: Path, files=fake_upstream.FILES) -> Path:
     return path
 
 
-def _upstream(env, manifest: Path, out: Path, *extra: str):
+def _upstream(env, manifest: Path, out: Path, *extra: str, environ: dict[str, str] | None = None):
     done = ootci("test", "--python", str(env.python), "--backend", str(manifest), "--suite", "upstream",
-                 "--out", str(out), *extra, timeout=900)
+                 "--out", str(out), *extra, timeout=900, env=environ)
     record = record_files.read(out / "record.json")
     return done, record, {t.id: t for t in record.tests}
 
@@ -90,8 +90,13 @@ def first_night(torch_layer, pytorch, tmp_path_factory) -> Night:
     root = tmp_path_factory.mktemp("first")
     env = _env_naming(torch_layer, root / "env", git_version=pytorch.first)
     manifest = _manifest(root / "backend", [*fake_upstream.FILES, "test_up_missing.py"])
+    # What the caller's environment says of PyTorch's lists and slow tests counts for nothing.
+    disabled = root / "disabled.json"
+    disabled.write_text(json.dumps({f"test_add_openreg_float32 (__main__.TestUpOps{c})": ["", ["linux"]]
+                                    for c in ("PRIVATEUSE1", "OPENREG")}))
+    environ = {"DISABLED_TESTS_FILE": str(disabled), "PYTORCH_TEST_WITH_SLOW": "1"}
     return Night(manifest, env, pytorch.first, root / "out",
-                 *_upstream(env, manifest, root / "out", "--torch-repo", pytorch.url))
+                 *_upstream(env, manifest, root / "out", "--torch-repo", pytorch.url, environ=environ))
 
 
 def test_the_files_come_from_the_commit_the_torch_names_and_every_failure_is_classified(first_night, pytorch):
@@ -102,7 +107,8 @@ def test_the_files_come_from_the_commit_the_torch_names_and_every_failure_is_cla
     assert (files["commit"], files["torch_commit"], files["origin"], files["repository"], files["own_commit"]) == (
         pytorch.first, pytorch.first, "fetched", pytorch.url, True)
     assert stage.status is Status.failed
-    assert tests[OPS + "test_add_openreg_float32"].outcome is Outcome.passed
+    assert tests[OPS + "test_add_openreg_float32"].outcome is Outcome.passed  # though the caller disabled it
+    assert tests[OPS + "test_slow_openreg"].outcome is Outcome.skipped  # though the caller asked for slow tests
     assert (tests[OPS + "test_add_openreg_int64"].outcome, tests[OPS + "test_add_openreg_int64"].dtype) == (
         Outcome.passed, "int64")
     assert tests[OPS + "test_add_openreg_complex64"].outcome is Outcome.skipped
@@ -128,8 +134,8 @@ def test_the_files_come_from_the_commit_the_torch_names_and_every_failure_is_cla
         f"upstream test_up_missing.py: not in {files['test_dir']} ({stage.data['upstream']['describe']})"]
     per_file = summarize(record.tests)
     ops = per_file["test_up_ops.py"]
-    assert (ops.passed, ops.failed, ops.upstream, ops.skipped) == (3, 2, 1, 2)
-    assert ops.skipped_by_reason == {"dtype not claimed": 1, "only on cuda": 1}
+    assert (ops.passed, ops.failed, ops.upstream, ops.skipped) == (3, 2, 1, 3)
+    assert ops.skipped_by_reason == {"dtype not claimed": 1, "only on cuda": 1, "slow (PYTORCH_TEST_WITH_SLOW)": 1}
     assert per_file[fake_upstream.BROKEN_FILE].collection_error
 
 

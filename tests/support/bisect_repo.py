@@ -21,6 +21,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tests.support.fixture_backends import write_openreg_manifest
+
 REPO = Path(__file__).resolve().parents[2]
 OPENREG = REPO / "backends" / "openreg"
 FIRST_BAD = 5
@@ -103,6 +105,4 @@ def openreg_manifest(path: Path, repo: Path, name: str, ref: str = "main") -> Pa
     text = (OPENREG / "backend.toml").read_text()
     text = text.replace('[source]\npath = "."', f'[source]\ngit = "{repo}"\nref = "{ref}"')
     text = text.replace('name = "openreg"', f'name = "{name}"')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+    return write_openreg_manifest(path, text)

@@ -28,7 +28,7 @@ import signal
 import numpy as np
 import torch
 from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests, onlyCUDA
-from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.testing._internal.common_utils import TestCase, run_tests, slowTest
 
 '''
 
@@ -53,6 +53,10 @@ class TestUpOps(TestCase):
 
     @onlyCUDA
     def test_cuda_only(self, device):
+        pass
+
+    @slowTest
+    def test_slow(self, device):
         pass
 {extra}
 

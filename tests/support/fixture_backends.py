@@ -19,6 +19,17 @@ CACHE = REPO / ".cache"
 OPENREG = REPO / "backends" / "openreg"
 
 
+def write_openreg_manifest(path: Path, text: str) -> Path:
+    """A changed copy of OpenReg's manifest written at `path`, with the known-failures file it names
+    beside it: the manifest refuses to load without it."""
+    import shutil
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    shutil.copy2(OPENREG / "known-failures.toml", path.parent / "known-failures.toml")
+    return path
+
+
 def manifest_path(name: str) -> Path:
     return FIXTURES / name / "backend.toml"
 

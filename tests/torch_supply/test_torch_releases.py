@@ -25,6 +25,7 @@ from ootci.runner.models import BisectRecord, RunRecord, Status, Verdict, varian
 from ootci.runner.verification.verify import ABI_HINT
 from tests.support import real_wheels
 from tests.support.cli import ootci
+from tests.support.fixture_backends import write_openreg_manifest
 from tests.support.records import only_record
 from tests.support.shared_runs import shared_run
 
@@ -145,9 +146,7 @@ def prebuilt_manifest(tmp_path: Path, wheel: str) -> Path:
     text = (OPENREG / "backend.toml").read_text()
     text = text.replace('[source]\npath = "."', f'[source]\nrequirement = "{wheel}"')
     text = text.replace('recipe = "pip-wheel"', 'recipe = "prebuilt"')
-    path = tmp_path / "backend.toml"
-    path.write_text(text)
-    return path
+    return write_openreg_manifest(tmp_path / "backend.toml", text)
 
 
 def test_a_wheel_built_against_2_13_loads_under_2_14_and_is_still_refused(runs, tmp_path):

@@ -23,6 +23,7 @@ from tests.support.act_cases import (
 )
 from tests.support.act_harness import as_act_reads, as_called_from_elsewhere, data_remote, run_act
 from tests.support.cli import ootci
+from tests.support.fixture_backends import write_openreg_manifest
 from tests.support.fake_github import REPOSITORY, TOKEN, FakeGitHub, run_artifact
 
 pytestmark = act_marks
@@ -144,8 +145,7 @@ def vendor_repository(dest: Path, ootci_sha: str) -> Path:
     manifest = (openreg / "backend.toml").read_text()
     manifest = manifest.replace('name = "openreg"', 'name = "acme-openreg"', 1)
     manifest = manifest.replace('path = "."', 'path = ".."', 1)
-    (dest / "ci").mkdir()
-    (dest / "ci" / "backend.toml").write_text(manifest + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
+    write_openreg_manifest(dest / "ci" / "backend.toml", manifest + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
     caller = (REPO / "examples" / "vendor-workflow.yml").read_text()
     (dest / ".github" / "workflows").mkdir(parents=True)
     (dest / ".github" / "workflows" / "ootci.yml").write_text(
