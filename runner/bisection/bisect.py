@@ -243,9 +243,11 @@ class Bisection:
     def run(self, manifest: Manifest, torch: str, index_url: str | None, predicate: Predicate | None) -> RunRecord:
         step = RunOptions(torch=torch, out=(self.dir / STEPS_DIR).absolute(), index_url=index_url,
                           torch_repo=self.options.torch_repo, cache=self.options.cache, jobs=self.options.jobs)
-        if self.options.perf:  # the ends and every step time the measurement, and a step only it
+        if self.options.perf:  # the ends and every step measure the measurement, and a step only it
             step.bench = True
             step.bench_only = (self.options.perf,) if predicate is not None else ()
+            # A step judged on counts only counts: its time would say nothing the verdict uses.
+            step.bench_time = predicate is None or predicate.metric is None
         if predicate is None:  # an end: the whole run, as asked
             step.suites = self.options.suites
         else:
