@@ -156,7 +156,7 @@ class RunSummary:
     problems_json: str
     testset: str | None  # ids hash from the header or the digest (None: a record without one)
     digest: Digest | None  # None: not read yet (the tests live in tests.json)
-    bench_json: str | None = None  # {"ratios": {measurement: device/CPU}} of a bench stage, else None
+    bench_json: str | None = None  # {"series": [[measurement, metric, method, value, noisy, gated]]}, else None
 
 
 def pass_rate(counts: dict[str, int]) -> float | None:
@@ -318,9 +318,11 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
 
 
 def _bench(record: RunRecord) -> str | None:
-    """The device/CPU ratio of each measurement the run's bench stage recorded."""
-    found = series.ratios(record)
-    return _compact({"ratios": found}) if found else None
+    """Each series value the run's bench stage recorded: [measurement, metric, method, value,
+    too noisy to judge, gated] (dashboard/performance.py reads them)."""
+    found = series.values(record)
+    return _compact({"series": [[name, metric, method, v.value, v.noisy, v.gated]
+                                for (name, metric, method), v in found.items()]}) if found else None
 
 
 def _compact(value) -> str:

@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS backend_cache(backend TEXT PRIMARY KEY, data TEXT NOT
 LIGHT = ("id, rel, run_id, backend, device, trigger, pr, pr_head_sha, started_at, finished_at, status, torch_spec, "
          "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, page_files, problems, bench")
 # The index is a cache of what the records say: a different layout is simply rebuilt.
-INDEX_VERSION = "6"
+INDEX_VERSION = "7"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
