@@ -420,9 +420,10 @@ class Bisection:
             if round_.check_bad_end and not any(s.candidate == size - 1 for s in round_.steps):
                 probe = bisect_search.Probe(size - 1)
             else:
+                # A count is all but deterministic: its verdicts are not judged twice.
                 ended_or_probe = bisect_search.next_probe(
                     size, [bisect_search.Step(s.candidate, s.verdict, s.rerun) for s in round_.steps
-                           if s.candidate != size - 1])
+                           if s.candidate != size - 1], recheck=predicate.metric is None)
                 if isinstance(ended_or_probe, bisect_search.Ended):
                     round_.result = self.result_of(round_, ended_or_probe)
                     self.save()

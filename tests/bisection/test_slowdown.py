@@ -162,6 +162,28 @@ def test_a_walk_finds_the_commit_that_made_it_slower_past_a_noisy_one(tmp_path):
     assert all(s.verdict is not V.bad for s in r.steps if r.candidates[s.candidate].commit in commits[:4])
 
 
+def test_a_walk_on_counts_names_the_commit_without_judging_a_step_twice(tmp_path):
+    """Eight backend commits, the fifth 3 % more instructions on the device: a count has no noise,
+    so each verdict stands as given (a walk on time rounds judges its boundaries twice)."""
+    from ootci.runner.manifests import registry
+
+    on_counts = slowdown.derive(count_run("good", 18_400), count_run("bad", 18_952), "add_tiny")
+    options = bisect.BisectOptions(manifest=registry.resolve("openreg"), good="c0", bad="c7", out=tmp_path,
+                                   axis="backend", perf="add_tiny")
+    state = BisectRecord(bisect_id="bisect-openreg-perf", backend="openreg", started_at=bisect.now(),
+                         good="c0", bad="c7", predicate=on_counts)
+    b = bisect.Bisection(options, state, tmp_path)
+    commits = [f"{k:x}" * 40 for k in range(8)]
+    r = BisectRound(axis="backend", fixed="torch 2.13.0", torch="2.13.0",
+                    candidates=[BisectCandidate(label=f"openreg@{c[:7]}", spec=c, commit=c) for c in commits])
+    state.rounds.append(r)
+    b.walk(r, on_counts, lambda c: count_run("step", 18_952 if commits.index(c.commit) >= 4 else 18_401))
+    assert r.result.kind == "found", r.result
+    named = (r.candidates[r.result.last_good].commit, r.candidates[r.result.first_bad].commit)
+    assert named == (commits[3], commits[4])
+    assert not any(s.rerun for s in r.steps) and len(r.steps) == 3
+
+
 def test_without_ends_the_open_regression_under_runs_names_them(tmp_path):
     """--perf without --good/--bad: the runs either side of the step `ootci perf` finds."""
     from ootci.runner.records import record_files
