@@ -36,7 +36,7 @@ COUNTED = ("device", "ratio")
 def moves(runs: list[dict]) -> dict[str, dict[str, float]]:
     """measurement -> {device, ratio}: the largest relative move of each between consecutive runs."""
     worst: dict[str, dict[str, float]] = {}
-    for a, b in zip(runs, runs[1:]):
+    for a, b in zip(runs, runs[1:], strict=False):
         for name in set(a["counts"]) & set(b["counts"]):
             for key in COUNTED:
                 move = abs(b["counts"][name][key] / a["counts"][name][key] - 1)
@@ -62,7 +62,8 @@ def one_run(python: Path, only: tuple[str, ...], log: Path) -> dict:
         "counts": {name: {"device": m["counts"]["device"]["per_call"], "cpu": m["counts"]["cpu"]["per_call"],
                           "ratio": m["counts"]["ratio"]} for name, m in measured.items() if "counts" in m},
         "time": {name: {"device": m["device"]["median"], "cpu": m["cpu"]["median"], "ratio": m["ratio"],
-                        "rsd": m["device"]["rsd"], "noisy": m["noisy"]} for name, m in measured.items() if "device" in m},
+                        "rsd": m["device"]["rsd"], "noisy": m["noisy"]}
+                 for name, m in measured.items() if "device" in m},
     }
 
 

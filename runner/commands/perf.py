@@ -12,7 +12,8 @@ from ootci.runner.performance import regressions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("perf", help="performance regressions over the runs' bench stages (device time needs ootci[perf])")
+    p = sub.add_parser("perf", help="performance regressions over the runs' bench stages (device time needs "
+                                    "ootci[perf])")
     p.add_argument("--runs", type=Path, required=True, metavar="DIR",
                    help="a directory of runs: a history's runs/ or an --out directory")
     p.add_argument("--backend", action="append", metavar="NAME", help="only these backends (repeatable)")

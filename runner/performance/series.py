@@ -80,6 +80,13 @@ def _positive(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
+def _side(measured: dict, side: str, field: str) -> float | None:
+    """measured[side][field] where it is a positive number, else None."""
+    found = measured.get(side)
+    value = found.get(field) if isinstance(found, dict) else None
+    return float(value) if isinstance(value, (int, float)) and _positive(value) else None
+
+
 def values(record: RunRecord) -> dict[Key, Value]:
     """Every (measurement, metric, method) the record's bench stage measured ({} without one)."""
     return stage_values(record.stage(BENCH))
@@ -101,29 +108,15 @@ def stage_values(stage: StageResult | None) -> dict[Key, Value]:
             continue
         counts = m.get("counts")
         if isinstance(counter, str) and isinstance(counts, dict):
-            device, cpu = (side.get("per_call") if isinstance(side := counts.get(k), dict) else None
-                           for k in ("device", "cpu"))
-            if _positive(device) and _positive(cpu):
-                found[(name, COUNT, counter)] = Value(float(device), cpu=float(cpu))
-                found[(name, COUNT_RATIO, counter)] = Value(float(device) / float(cpu))
-        device_time, cpu_time = (side.get("median") if isinstance(side := m.get(k), dict) else None
-                                 for k in ("device", "cpu"))
-        if _positive(device_time):
+            device, cpu = _side(counts, "device", "per_call"), _side(counts, "cpu", "per_call")
+            if device is not None and cpu is not None:
+                found[(name, COUNT, counter)] = Value(device, cpu=cpu)
+                found[(name, COUNT_RATIO, counter)] = Value(device / cpu)
+        device_time = _side(m, "device", "median")
+        if device_time is not None:
             found[(name, TIME, m.get("timing") or timing)] = Value(
-                float(device_time), cpu=float(cpu_time) if _positive(cpu_time) else None,
-                noisy=m.get("noisy") is True, gated=gated)
+                device_time, cpu=_side(m, "cpu", "median"), noisy=m.get("noisy") is True, gated=gated)
     return found
-
-
-def ratios(record: RunRecord) -> dict[str, float]:
-    """The device/CPU time ratio of each measurement the record's bench stage timed ({} without one):
-    what slowdown bisections on time judge by."""
-    stage = record.stage(BENCH)
-    measured = stage.data.get("measurements") if stage is not None else None
-    if not isinstance(measured, dict):
-        return {}
-    return {name: float(m["ratio"]) for name, m in sorted(measured.items())
-            if isinstance(m, dict) and _positive(m.get("ratio"))}
 
 
 def is_main_line(record: RunRecord) -> bool:

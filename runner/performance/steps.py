@@ -29,7 +29,7 @@ WINDOW = 10
 
 def spread(level: list[float]) -> float:
     """The median relative change from one night to the next (0 with fewer than two nights)."""
-    moves = [abs(b / a - 1) for a, b in zip(level, level[1:]) if a > 0]
+    moves = [abs(b / a - 1) for a, b in zip(level, level[1:], strict=False) if a > 0]
     return statistics.median(moves) if moves else 0.0
 
 

@@ -98,7 +98,7 @@ class Callgrind:
         """The dump's total, from its header: the file's body (every function's cost) is not read."""
         try:
             with open(path, encoding="utf-8", errors="replace") as dump:
-                for _, line in zip(range(64), dump):
+                for _, line in zip(range(64), dump, strict=False):
                     if line.startswith("summary:"):
                         total = int(line.split()[1])
                         break

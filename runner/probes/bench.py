@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import gc
 import importlib.util
 import itertools
@@ -261,6 +262,11 @@ def measure_count(counter, on_device, on_cpu, sync, repeats: int) -> dict:
     return {"device": device, "cpu": cpu, "ratio": device["per_call"] / cpu["per_call"]}
 
 
+def both_sides(group, torch, device: str):
+    """A group's measurements set up on the device and on the CPU."""
+    return group(torch, device), group(torch, "cpu")
+
+
 def choose_counter(torch, args):
     """The counter asked for, or None with the reason it cannot count here."""
     if args.counter == "none":
@@ -315,7 +321,9 @@ def main() -> None:
         else:
             emit("counter", **chosen)
     only = set(split_list(args.only))
-    wanted = (lambda name: not only or name in only)
+
+    def wanted(name: str) -> bool:
+        return not only or name in only
 
     todo = []  # (name, on_device, on_cpu, sync after a device call, the device's clock)
     if wanted(SYNCHRONIZE):
@@ -327,7 +335,7 @@ def main() -> None:
             # Wall time: a device's events would time its queue, which a synchronize leaves empty.
             todo.append((SYNCHRONIZE, sync, torch.cpu.synchronize, None, Clock()))
     for group in filter(lambda g: set_up(g, only), MEASUREMENTS):
-        made = attempt(lambda: (group(torch, args.device), group(torch, "cpu")))
+        made = attempt(functools.partial(both_sides, group, torch, args.device))
         if not made["ok"]:
             emit(f"setup:{group.__name__}", **made)
             continue
@@ -344,12 +352,11 @@ def main() -> None:
     for name, on_device, on_cpu, after, clock in todo:
         emit(f"start:{name}", ok=True)
         if not args.no_time:
-            emit(f"measure:{name}", **attempt(lambda: measure_time(clock, on_device, on_cpu,
-                                                                   rounds=args.rounds,
-                                                                   min_run_time=args.min_run_time)))
+            emit(f"measure:{name}", **attempt(functools.partial(
+                measure_time, clock, on_device, on_cpu, rounds=args.rounds, min_run_time=args.min_run_time)))
         if counter is not None:
-            emit(f"count:{name}", **attempt(lambda: measure_count(counter, on_device, on_cpu, after,
-                                                                  args.count_repeats)))
+            emit(f"count:{name}", **attempt(functools.partial(
+                measure_count, counter, on_device, on_cpu, after, args.count_repeats)))
     if isinstance(counter, Callgrind):
         # Nothing is left to count: the interpreter's teardown, instrumented, would cost half a minute.
         os._exit(0)

@@ -132,7 +132,8 @@ def record(run_id: str, day: int, stage: StageResult | None, **fields) -> RunRec
     stages = [StageResult(name="build", status=Status.passed, data={"source": f"git@{day:040x}"})]
     if stage is not None:
         stages.append(stage)
-    return RunRecord(run_id=run_id, backend="acme", device="acme", torch=TorchInfo(spec="nightly", git_version=f"{day:040x}"),
+    return RunRecord(run_id=run_id, backend="acme", device="acme",
+                     torch=TorchInfo(spec="nightly", git_version=f"{day:040x}"),
                      started_at=dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=day),
                      status=Status.passed, stages=stages, trigger=fields.pop("trigger", "nightly"), **fields)
 
