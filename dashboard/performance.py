@@ -181,15 +181,31 @@ def number(metric: str, value: float) -> str:
     return f"{value:.4g}"
 
 
+def axis_label(metric: str, value: float) -> str:
+    """A short label for the chart's axis: instructions in thousands or millions."""
+    if metric == series.COUNT:
+        for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if value >= scale:
+                return f"{value / scale:.4g}{suffix}"
+    return number(metric, value)
+
+
+MIN_SPAN = {series.COUNT: 2 * steps.FLOOR, series.COUNT_RATIO: 2 * steps.FLOOR, series.TIME: 2 * changes.MIN_SLOWDOWN}
+"""the least height of a chart, relative to its median: a steady count is drawn flat, not its
+hundredths of a per cent blown up to the chart's height"""
+
+
 def chart(c: Chart, hrefs: dict[int, str], width: int = 360, height: int = 110) -> Markup:
     """The value per run, one dot each (linked to the run page where there is one; hollow when too
     noisy to judge), a dashed line before each change, labelled with the change."""
-    pad_l, pad_r, pad_t, pad_b = 52, 8, 14, 16
+    pad_l, pad_r, pad_t, pad_b = 46, 8, 14, 16
     plot_w, plot_h = width - pad_l - pad_r, height - pad_t - pad_b
     values = [value for _, value, _ in c.points]
     low, high = min(values), max(values)
-    if high - low < 1e-12 * max(abs(high), 1e-30):
-        low, high = low * 0.95, high * 1.05
+    middle = sorted(values)[len(values) // 2]
+    least = abs(middle) * MIN_SPAN.get(c.metric, 0.1) or 1e-30
+    if high - low < least:
+        low, high = (low + high - least) / 2, (low + high + least) / 2
     span = high - low
     low, high = low - span * 0.08, high + span * 0.08
     step = plot_w / max(1, len(values) - 1)
@@ -205,7 +221,7 @@ def chart(c: Chart, hrefs: dict[int, str], width: int = 360, height: int = 110) 
              f'aria-label="{esc(c.measurement)}: {esc(c.label)} per run">']
     for v in (low + (high - low) * 0.1, high - (high - low) * 0.1):
         parts.append(f'<line class="grid" x1="{pad_l}" x2="{width - pad_r}" y1="{y(v):.1f}" y2="{y(v):.1f}"/>'
-                     f'<text x="{pad_l - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{esc(number(c.metric, v))}</text>')
+                     f'<text x="{pad_l - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{esc(axis_label(c.metric, v))}</text>')
     index = {run.id: i for i, (run, _, _) in enumerate(c.points)}
     for shift in c.shifts:
         at = (x(index[shift.last_good.id]) + x(index[shift.first_bad.id])) / 2
