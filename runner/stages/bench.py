@@ -176,9 +176,10 @@ def counts_of(probe: Probe, counted: Probe | None) -> tuple[str | None, dict[str
                if phase.startswith("count:") and not result.get("ok")}
     if counted is None:
         return (chosen if counts else None), counts, None
-    counting = counted.get("counting")
-    if counting is not None and not counting.get("ok"):
-        return None, {}, f"time only: Callgrind could not count: {first_message(counting)}"
+    for phase in ("counter", "counting"):  # Callgrind could not be set up, or not started
+        said = counted.get(phase)
+        if said is not None and not said.get("ok"):
+            return None, {}, f"time only: Callgrind could not count: {first_message(said)}"
     if not counted.proc.ok:
         end = ("timed out" if counted.proc.timed_out else f"killed by {counted.proc.signal_name}"
                if counted.proc.signal_name else f"exit {counted.proc.returncode}")
