@@ -92,6 +92,8 @@ class Section:
     charts: list[Chart]
     missing_extra: str | None = None
     """one line: what to install for change points in device time (None: nothing is missing)"""
+    counter_note: str | None = None
+    """why the latest run counted nothing (or not everything): its bench stage's own line"""
 
     @property
     def judged(self) -> bool:
@@ -139,9 +141,10 @@ def section(main: list[Run]) -> Section | None:
             gated[key] = is_gated
     if not by_key:
         return None
+    latest = json.loads(main[-1].bench) if main[-1].bench else {}
     charts = [Chart(m, metric, method, points[-WINDOW:], gated=gated[(m, metric, method)])
               for (m, metric, method), points in sorted(by_key.items(), key=lambda kv: _order(kv[0]))]
-    perf = Section(charts)
+    perf = Section(charts, counter_note=latest.get("note"))
     for chart in charts:
         judged = [(run, value) for run, value, noisy in chart.points if not noisy]
         if chart.metric in series.COUNTED:
@@ -258,5 +261,6 @@ def api(perf: Section | None) -> dict | None:
             "changes": [{"last_good": s.last_good.run_id, "first_bad": s.first_bad.run_id, "before": s.before,
                          "after": s.after, "relative": round(s.relative, 4), "open": s.open,
                          "compare_url": s.compare_url} for s in c.shifts]}
-    return {"judged": perf.judged, "missing_extra": perf.missing_extra, "window": WINDOW,
+    return {"judged": perf.judged, "missing_extra": perf.missing_extra, "counter_note": perf.counter_note,
+            "window": WINDOW,
             "measurements": measurements}

@@ -321,8 +321,11 @@ def _bench(record: RunRecord) -> str | None:
     """Each series value the run's bench stage recorded: [measurement, metric, method, value,
     too noisy to judge, gated] (dashboard/performance.py reads them)."""
     found = series.values(record)
+    stage = record.stage(series.BENCH)
+    note = stage.data.get("counter_note") if stage is not None else None
     return _compact({"series": [[name, metric, method, v.value, v.noisy, v.gated]
-                                for (name, metric, method), v in found.items()]}) if found else None
+                                for (name, metric, method), v in found.items()],
+                     **({"note": note} if isinstance(note, str) else {})}) if found else None
 
 
 def _compact(value) -> str:

@@ -21,18 +21,28 @@ STEP_AT = 24
 """the first night of the 3 % step planted in `add_tiny`'s device count: 6 nights at the new level"""
 
 
+NO_COUNTER = ("time only: no hardware instruction counter: torch._C._instruction_counter.start() returned -1; "
+              "valgrind is not on PATH (install it for instruction counts: apt-get install valgrind)")
+
+
 def night(backend: str, day: int, measured: dict[str, tuple[float, float, float]] | None,
-          gated: bool = False) -> RunRecord:
-    """measured: name -> (device instructions, CPU instructions, device seconds) per call."""
+          gated: bool = False, counted: bool = True) -> RunRecord:
+    """measured: name -> (device instructions, CPU instructions, device seconds) per call; not
+    counted: a time-only stage, as one on a runner without a counter records it."""
     started = START + dt.timedelta(days=day)
     stages = [StageResult(name="build", status=Status.passed, summary="built")]
     if measured is not None:
-        stages.append(StageResult(name="bench", status=Status.passed, summary=f"{len(measured)} measurements", data={
-            "counter": "callgrind", "timing": "events", "time_gated": gated,
-            "measurements": {name: {"counts": {"device": {"per_call": d}, "cpu": {"per_call": c}, "ratio": d / c},
-                                    "device": {"median": t, "rsd": 0.2}, "cpu": {"median": 1e-5}, "ratio": t / 1e-5,
-                                    "timing": "events", "noisy": True}
-                             for name, (d, c, t) in measured.items()}}))
+        data = {"counter": "callgrind" if counted else None, "timing": "events", "time_gated": gated,
+                "measurements": {name: {"counts": {"device": {"per_call": d}, "cpu": {"per_call": c}, "ratio": d / c},
+                                        "device": {"median": t, "rsd": 0.2}, "cpu": {"median": 1e-5},
+                                        "ratio": t / 1e-5, "timing": "events", "noisy": True}
+                                 for name, (d, c, t) in measured.items()}}
+        if not counted:
+            data["counter_note"] = NO_COUNTER
+            for m in data["measurements"].values():
+                del m["counts"]
+        stages.append(StageResult(name="bench", status=Status.passed, summary=f"{len(measured)} measurements",
+                                  data=data))
     return RunRecord(run_id=f"{backend}-{started:%Y%m%dT%H%M%SZ}-{day:06x}", backend=backend, device=backend,
                      trigger="nightly", torch=TorchInfo(spec="nightly", version=f"2.14.0.dev{day}",
                                                         git_version=f"{day:02x}" * 20),
@@ -47,6 +57,7 @@ def write_nights(data: Path) -> None:
             "add_tiny": (tiny, 9_000.0, 4e-6 * (1 + noise.gauss(0, 0.2))),
             "matmul": (1.1e8 * (1 + noise.uniform(-0.0001, 0.0001)), 1.1e8, 8e-3 * (1 + noise.gauss(0, 0.2)))}))
         synthetic.write_record(data, night("plain", day, None))
+        synthetic.write_record(data, night("timeonly", day, {"add_tiny": (1.0, 1.0, 4e-6)}, counted=False))
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +99,7 @@ def test_the_index_marks_the_backend_with_an_open_regression_and_only_it(built):
     rows = {row.split('href="backends/')[1].split(".html")[0]: row for row in index.split("<tr")[1:]
             if 'href="backends/' in row}
     assert 'class="perf-mark"' in rows["fast"] and "add_tiny +" in rows["fast"]
-    assert "perf-mark" not in rows["plain"]
+    assert "perf-mark" not in rows["plain"] and "perf-mark" not in rows["timeonly"]
 
 
 def test_the_api_carries_the_series_and_their_changes(built):
@@ -107,6 +118,16 @@ def test_the_api_carries_the_series_and_their_changes(built):
     assert {(r["measurement"], r["metric"]) for r in by_name["fast"]["performance_regressions"]} == \
         {("add_tiny", "count"), ("add_tiny", "count_ratio")}
     assert by_name["plain"]["performance_regressions"] == []
+
+
+def test_a_time_only_backend_says_why_it_has_no_counts(built):
+    """A runner without a counter: its time charted, and the stage's own line on the page and in the API."""
+    _, out = built
+    page = (out / "backends" / "timeonly.html").read_text()
+    assert page.count('<svg class="perf"') == 1 and 'id="perf-add_tiny-time"' in page
+    assert f"The latest run's instruction counts: {NO_COUNTER}." in page
+    perf = json.loads((out / "api" / "backends" / "timeonly.json").read_text())["performance"]
+    assert perf["counter_note"] == NO_COUNTER and set(perf["measurements"]["add_tiny"]) == {"time"}
 
 
 def test_a_backend_without_bench_has_no_section(built):
