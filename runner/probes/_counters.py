@@ -7,7 +7,7 @@ Two counters, never mixed in one series (the record names the one used):
   the timing process itself. Many virtual machines do not expose it: start() returns -1.
 - `callgrind`: Valgrind's Callgrind, where there is no hardware counter. The process runs
   under `valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no`: `import torch`
-  and the set-up run uninstrumented (about 7 times slower than native, against about 35 times
+  and the set-up run uninstrumented (about 7 times slower than native, against about 40 times
   instrumented), then `start()` asks Valgrind, through `callgrind_control -i on PID`, to
   instrument, and each count collects only between torch._C._valgrind_toggle() and
   torch._C._valgrind_toggle_and_dump_stats() (both toggle CALLGRIND_TOGGLE_COLLECT; neither

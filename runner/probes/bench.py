@@ -345,7 +345,7 @@ def main() -> None:
         todo += [(name, on_device[name], on_cpu[name], sync, device_clock) for name in filter(wanted, on_device)]
 
     if isinstance(counter, Callgrind):
-        # Only the counts are instrumented: `import torch` and the set-up above ran at about a fifth
+        # Only the counts are instrumented: `import torch` and the set-up above ran at about a sixth
         # of the instrumented cost. The first count of each side, dropped, is the warm-up.
         started = attempt(counter.start)
         emit("counting", **started)
