@@ -160,7 +160,7 @@ class RunSummary:
     problems_json: str
     testset: str | None  # ids hash from the header or the digest (None: a record without one)
     digest: Digest | None  # None: not read yet (the tests live in tests.json)
-    bench_json: str | None = None  # {"ratios": {measurement: device/CPU}} of a bench stage, else None
+    bench_json: str | None = None  # {"series": [[measurement, metric, method, value, noisy, gated]]}, else None
     upstream_json: str | None = None  # dashboard.upstream.stage_info of an upstream stage, else None
 
 
@@ -337,9 +337,14 @@ def _upstream(record: RunRecord) -> str | None:
 
 
 def _bench(record: RunRecord) -> str | None:
-    """The device/CPU ratio of each measurement the run's bench stage recorded."""
-    found = series.ratios(record)
-    return _compact({"ratios": found}) if found else None
+    """Each series value the run's bench stage recorded: [measurement, metric, method, value,
+    too noisy to judge, gated] (dashboard/performance.py reads them)."""
+    found = series.values(record)
+    stage = record.stage(series.BENCH)
+    note = stage.data.get("counter_note") if stage is not None else None
+    return _compact({"series": [[name, metric, method, v.value, v.noisy, v.gated]
+                                for (name, metric, method), v in found.items()],
+                     **({"note": note} if isinstance(note, str) else {})}) if found else None
 
 
 def _compact(value) -> str:

@@ -380,13 +380,14 @@ class _Build:
             "page": f"{base}.html", "badge": f"badges/{safe_name(name)}.svg", "api": f"api/{base}.json",
             "run_page": render.run_href(latest) if latest.id in paged else None,
             "performance_regressions": [
-                {"measurement": m.name, "relative": round(m.open_regression.relative, 4),
-                 "first_bad": m.open_regression.first_bad.run_id} for m in perf.regressions] if perf else [],
+                {"measurement": c.measurement, "metric": c.metric, "relative": round(c.open_regression.relative, 4),
+                 "first_bad": c.open_regression.first_bad.run_id} for c in perf.regressions
+                if c.open_regression is not None] if perf else [],
         }
         # The latest run's upstream suite: read after its run page, which digested its tests.
         up = upstream.section(latest.upstream, self.index.upstream_files(latest.id) if latest.upstream else None)
         api["upstream"] = up
-        slower = [(m.name, m.open_regression.relative) for m in perf.regressions] if perf else []
+        slower = perf.slower if perf else []
         return {"name": name, "latest": latest, "green": green, "spark": main[-analysis.FLAKY_WINDOW:],
                 "api": api, "paged": latest.id in paged, "runs": len(main), "slower": slower, "upstream": up}
 
@@ -408,7 +409,8 @@ class _Build:
             culprit=suspect, changes=changes, flaky=flaky, xfail=xfail, paged=paged,
             hidden=sum(1 for r in main if r.id not in paged),
             trend=render.trend(main, hrefs), reproduce=reproduce_command(main[-1]),
-            perf=perf, perf_charts={m.name: performance.chart(m, hrefs) for m in perf.measurements} if perf else {},
+            perf=perf, perf_charts={c.anchor: performance.chart(c, hrefs) for c in perf.charts} if perf else {},
+            perf_number=performance.number,
             bisection=bisection[0] if bisection else None, generated=render.now_iso()))
         self.put(f"badges/{safe_name(name)}.svg", render.badge(name, summary["latest"].status))
         api = dict(summary["api"])

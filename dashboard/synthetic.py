@@ -84,18 +84,25 @@ BENCH_MEASUREMENTS = (
 
 
 def bench_stage(slower: bool, rng: random.Random) -> StageResult:
-    """A bench stage's record: each measurement's device/CPU ratio, with a few per cent of noise;
-    slower: the first measurement 25 % slower."""
+    """A bench stage's record: each measurement's instructions per call on both sides (a few hundredths
+    of a per cent of noise) and its device time (a few per cent), gated; slower: the first
+    measurement 25 % slower in both."""
     measurements = {}
     for k, name in enumerate(BENCH_MEASUREMENTS):
-        ratio = (1 + k / 4) * (1 + rng.gauss(0, 0.03))
-        if k == 0 and slower:
-            ratio *= 1.25
-        measurements[name] = {"ratio": round(ratio, 4), "round_ratios": [round(ratio, 4)] * 5,
-                              "device": {"median": ratio * 1e-4, "iqr": 1e-6, "runs": 40},
-                              "cpu": {"median": 1e-4, "iqr": 1e-6, "runs": 40}}
+        factor = 1.25 if k == 0 and slower else 1.0
+        cpu = 10_000.0 * (k + 1)
+        device = cpu * (1 + k / 4) * factor * (1 + rng.gauss(0, 0.0003))
+        seconds = 1e-4 * (1 + k / 4) * factor * (1 + rng.gauss(0, 0.03))
+        measurements[name] = {"counts": {"device": {"per_call": round(device, 1)}, "cpu": {"per_call": cpu},
+                                         "ratio": round(device / cpu, 6)},
+                              "ratio": round(seconds / 1e-4, 4), "round_ratios": [round(seconds / 1e-4, 4)] * 5,
+                              "device": {"median": seconds, "iqr": 1e-6, "rsd": 0.03, "runs": 40},
+                              "cpu": {"median": 1e-4, "iqr": 1e-6, "rsd": 0.03, "runs": 40},
+                              "timing": "events", "noisy": False}
     return StageResult(name="bench", status=Status.passed, duration_s=55.0,
-                       summary=f"{len(measurements)} measurements", data={"measurements": measurements})
+                       summary=f"{len(measurements)} measurements", data={
+                           "measurements": measurements, "counter": "callgrind", "timing": "events",
+                           "time_gated": True})
 
 
 def smoke_ids(n: int = 6) -> list[str]:

@@ -366,6 +366,11 @@ class Predicate(_Model):
                                     "its rounds lie nearer the bad run's than the good run's (stage is then bench)")
     good_ratios: list[float] = Field(default_factory=list, description="the good run's device/CPU ratio per round")
     bad_ratios: list[float] = Field(default_factory=list, description="the bad run's device/CPU ratio per round")
+    metric: str | None = Field(default=None, description="a slowdown judged on instruction counts: 'count' (the "
+                               "device's per call) or 'count_ratio' (device over CPU); None: on the time rounds")
+    counter: str | None = Field(default=None, description="the counter both ends counted with (a step must too)")
+    good_value: float | None = Field(default=None, description="the good run's value of `metric`")
+    bad_value: float | None = Field(default=None, description="the bad run's value of `metric`")
 
 
 class BisectRound(_Model):

@@ -112,44 +112,15 @@ def openreg_env(torch_layer, tmp_path_factory):
 # Measured on a clean clone (2 cores): these take from 10 down to 1 minute; the rest less.
 LONGEST_FIRST = (
     "test_workflows_act_vendor.py", "test_torch_releases.py", "test_bisect.py", "test_workflows_act.py",
-    "test_init.py", "test_partly_red.py", "test_pipeline.py", "test_shards.py", "test_openreg.py",
+    "test_init.py", "test_partly_red.py", "test_pipeline.py", "test_shards.py", "test_slowdown_planted.py",
+    "test_openreg.py",
     "test_bench.py", "test_verify.py", "test_suites_devices.py", "test_suites_synthetic.py", "test_packaging.py",
     "test_bisect_path.py",
 )
 
 
-FIRST = ("test_priority_slot.py",)
-"""Handed out before everything: the tests of the priority slot need a worker that no timed file
-has lowered yet, and none is handed out before the longest files up to TIMED_BEFORE."""
-
-TIMED = ("test_slowdown_planted.py",)
-"""Files whose verdicts rest on real timings, run in a priority slot (fixture `priority_slot`) and
-handed out in the middle of LONGEST_FIRST (before TIMED_BEFORE), so that they run beside the
-medium files while all three workers are busy.
-
-Why the slot: started among the long files at equal priority (act runs and 5 GB torch installs
-on the other workers), the planted slowdown's bad end timed rounds from 0.95 to 11.6 around a
-fourfold slowdown, and its bisection was rightly refused as too noisy. Why not last: run alone
-after every other file it left a core idle for its last two minutes; handed out right after
-LONGEST_FIRST, it waited on one clean run behind the last two long tests of its worker and
-became the tail again (a worker takes its next file while two tests of the current one remain)."""
-
-TIMED_BEFORE = "test_openreg.py"
-
-
 def pytest_collection_modifyitems(session, config, items):
-    at = LONGEST_FIRST.index(TIMED_BEFORE)
-    order = FIRST + LONGEST_FIRST[:at] + TIMED + LONGEST_FIRST[at:]
-    rank = {name: i for i, name in enumerate(order)}
-    # Stable: a file keeps its order, and files named in none of the lists come last.
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    # Stable: a file keeps its order, and files not named come last.
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
-
-@pytest.fixture(scope="module")
-def priority_slot():
-    """The module's timings are taken with the other workers, and all they start, at the lowest
-    CPU priority (tests/support/priority.py): what they run fills the cores it leaves idle."""
-    from tests.support.priority import others_yield_the_cpu
-
-    with others_yield_the_cpu():
-        yield

@@ -93,14 +93,13 @@ TEST_FOLDERS_BEYOND_RUNNER = {"backends", "workflows", "dashboard"}
 
 
 def test_the_tests_mirror_the_packages():
-    """A test file sits in the folder of the unit it tests; only project-wide checks, and the test
-    run's own scheduling (test_priority_slot.py), stay at the top."""
+    """A test file sits in the folder of the unit it tests; only project-wide checks stay at the top."""
     tests = REPO / "tests"
     units = {unit_of(p) for p in RUNNER.glob("*") if p.suffix == ".py" or (p / "__init__.py").is_file()}
     folders = {p.parent.name for p in tests.glob("*/test_*.py")} - {"fixtures"}
     assert folders <= units | TEST_FOLDERS_BEYOND_RUNNER, folders - units - TEST_FOLDERS_BEYOND_RUNNER
     top = {p.name for p in tests.glob("test_*.py")}
     assert top == {"test_readme.py", "test_layers.py", "test_dependencies.py", "test_packaging.py",
-                   "test_setup_script.py", "test_priority_slot.py"}, top
+                   "test_setup_script.py"}, top
     deeper = [p for p in tests.glob("*/*/test_*.py") if p.relative_to(tests).parts[0] != "fixtures"]
     assert not deeper, f"one level of folders, as runner/ has: {deeper}"

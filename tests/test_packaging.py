@@ -122,6 +122,37 @@ def test_run_openreg_from_the_installed_wheel(installed, tmp_path):
         any(record["run_id"] in p.read_text() for p in (tmp_path / "site").rglob("*.html"))
 
 
+def test_a_plain_install_builds_the_performance_section_and_says_what_to_install(installed, tmp_path):
+    """Without the perf extra (a plain `pip install ootci` has no numpy): records with bench stages
+    make a site whose charts are drawn and whose counts are judged, and one line names the extra."""
+    import datetime as dt
+
+    from ootci.runner.models import RunRecord, StageResult, Status, TorchInfo
+    from ootci.runner.records import record_files
+
+    no_numpy = _run([installed["python"], "-c", "import numpy"], cwd=installed["cwd"], env=installed["env"])
+    assert no_numpy.returncode != 0 and "No module named 'numpy'" in no_numpy.stderr
+    started = dt.datetime(2026, 11, 1, 3, 17, tzinfo=dt.timezone.utc)
+    for day in range(6):
+        device = 18_400 * (1.03 if day == 5 else 1.0)
+        bench = StageResult(name="bench", status=Status.passed, data={
+            "counter": "callgrind", "timing": "events", "time_gated": True, "measurements": {"add_tiny": {
+                "counts": {"device": {"per_call": device}, "cpu": {"per_call": 9_000.0}, "ratio": device / 9_000},
+                "device": {"median": 4e-6 * (1 + day / 100), "rsd": 0.01}, "cpu": {"median": 2e-6},
+                "ratio": 2.0, "timing": "events", "noisy": False}}})
+        record = RunRecord(run_id=f"openreg-{started + dt.timedelta(days=day):%Y%m%dT%H%M%SZ}-{day:06x}",
+                           backend="openreg", device="openreg", trigger="nightly",
+                           torch=TorchInfo(spec="nightly", version="2.14.0"), status=Status.passed,
+                           started_at=started + dt.timedelta(days=day), stages=[bench])
+        record_files.write(tmp_path / "runs" / record.run_id, record)
+    site = _run([installed["ootci"], "dashboard", "build", "--data", tmp_path / "runs", "--out", tmp_path / "site"],
+                cwd=installed["cwd"], env=installed["env"])
+    assert site.returncode == 0 and "Traceback" not in site.stderr, site.stderr[-3000:]
+    page = (tmp_path / "site" / "backends" / "openreg.html").read_text()
+    assert page.count('<svg class="perf"') == 3 and page.count('<line class="change open"') == 2
+    assert 'id="perf-missing-extra"' in page and "pip install 'ootci[perf]'" in page
+
+
 def test_an_empty_registry_is_said_out_loud(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(registry, "BUNDLED", tmp_path)
     monkeypatch.delenv(registry.ENV, raising=False)

@@ -251,9 +251,11 @@ class Bisection:
     def run(self, manifest: Manifest, torch: str, index_url: str | None, predicate: Predicate | None) -> RunRecord:
         step = RunOptions(torch=torch, out=(self.dir / STEPS_DIR).absolute(), index_url=index_url,
                           torch_repo=self.options.torch_repo, cache=self.options.cache, jobs=self.options.jobs)
-        if self.options.perf:  # the ends and every step time the measurement, and a step only it
+        if self.options.perf:  # the ends and every step measure the measurement, and a step only it
             step.bench = True
             step.bench_only = (self.options.perf,) if predicate is not None else ()
+            # A step judged on counts only counts: its time would say nothing the verdict uses.
+            step.bench_time = predicate is None or predicate.metric is None
         if predicate is None:  # an end: the whole run, as asked
             step.suites = self.options.suites
         else:
@@ -427,9 +429,10 @@ class Bisection:
             if round_.check_bad_end and not any(s.candidate == size - 1 for s in round_.steps):
                 probe = bisect_search.Probe(size - 1)
             else:
+                # A count is all but deterministic: its verdicts are not judged twice.
                 ended_or_probe = bisect_search.next_probe(
                     size, [bisect_search.Step(s.candidate, s.verdict, s.rerun) for s in round_.steps
-                           if s.candidate != size - 1])
+                           if s.candidate != size - 1], recheck=predicate.metric is None)
                 if isinstance(ended_or_probe, bisect_search.Ended):
                     round_.result = self.result_of(round_, ended_or_probe)
                     self.save()

@@ -11,7 +11,8 @@ The rules, like `git bisect`:
 - a `skip` verdict takes a candidate out, and the search moves to its neighbours;
 - once the range is closed, each boundary verdict that a step gave (not the ends)
   is judged once more: a verdict that changes means the predicate is flaky there,
-  and no culprit is named.
+  and no culprit is named. A predicate that cannot be flaky (an instruction count,
+  all but deterministic) is not judged twice (`recheck=False`).
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ def bounds(size: int, verdicts: dict[int, Verdict]) -> tuple[int, int]:
     return last_good, first_bad
 
 
-def next_probe(size: int, steps: list[Step]) -> Probe | Ended:
-    """The next candidate to judge, or where the search ended."""
+def next_probe(size: int, steps: list[Step], recheck: bool = True) -> Probe | Ended:
+    """The next candidate to judge, or where the search ended; recheck: judge the boundaries twice."""
     if size < 2:
         raise ValueError("a bisection needs a good and a bad end")
     verdicts = first_verdicts(steps)
@@ -71,6 +72,8 @@ def next_probe(size: int, steps: list[Step]) -> Probe | Ended:
         middle = (last_good + first_bad + 1) // 2
         return Probe(min(open_, key=lambda i: (abs(i - middle), -i)))
     skipped = tuple(i for i in range(last_good + 1, first_bad) if verdicts.get(i) is Verdict.skip)
+    if not recheck:
+        return Ended("range" if skipped else "found", last_good, first_bad, skipped)
     reruns = {s.candidate: s.verdict for s in steps if s.rerun}
     for boundary in (first_bad, last_good):
         if boundary in (0, size - 1):

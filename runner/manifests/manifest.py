@@ -214,6 +214,10 @@ class Suites(_Strict):
         "none when absent")
     bench: bool = Field(default=False, description="the `bench` stage: op and model timings on the device and on "
                         "CPU, recorded for regression tracking (off unless turned on here or by `--suites bench`)")
+    bench_time: Literal["gated", "shown"] = Field(
+        default="gated", description="whether a slowdown of the bench stage's device time is reported ('gated') or "
+        "only charted ('shown'). 'shown' for a device whose memory is host memory (OpenReg): its time is the "
+        "host's, as noisy as the runner; its instruction counts are judged either way")
     vendor: list[VendorSuite] = Field(default_factory=list)
     crash_isolation: Literal["process", "fork"] = Field(
         default="process", description="how a test that crashes the interpreter is contained: 'process' starts a "

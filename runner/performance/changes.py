@@ -1,4 +1,5 @@
 """Where a timing series changed, told from noise, and whether its last change is a slowdown.
+(Instruction counts, all but free of noise, are judged by runner/performance/steps.py.)
 
 Change points come from E-divisive means (Matteson and James, 2014), as MongoDB's
 signal-processing-algorithms implements it for continuous performance testing: the series
@@ -46,6 +47,8 @@ class Change:
     """the median of the segment before it"""
     after: float
     """the median of the segment from it to the next change (or the end)"""
+    threshold: float = MIN_SLOWDOWN
+    """how much slower (relative) the new level must be for the change to be a slowdown"""
 
     @property
     def relative(self) -> float:
@@ -53,25 +56,37 @@ class Change:
 
     @property
     def is_slowdown(self) -> bool:
-        return self.relative >= MIN_SLOWDOWN
+        return self.relative >= self.threshold
+
+
+MISSING_EXTRA = ("finding changes in timings needs the perf extra: pip install 'ootci[perf]' "
+                 "(signal-processing-algorithms, with numpy and scipy)")
 
 
 def _energy_statistics():
     try:
+        import numpy  # noqa: F401  (the library's own dependency, imported first by change_points)
         from signal_processing_algorithms.energy_statistics import energy_statistics
     except ImportError:
-        raise UsageError("finding performance changes needs the perf extra: pip install 'ootci[perf]' "
-                         "(signal-processing-algorithms)") from None
+        raise UsageError(MISSING_EXTRA) from None
     return energy_statistics
+
+
+def available() -> bool:
+    """Whether E-divisive can run here (the perf extra is installed)."""
+    try:
+        _energy_statistics()
+    except UsageError:
+        return False
+    return True
 
 
 def change_points(values: list[float], *, pvalue: float = PVALUE, permutations: int = PERMUTATIONS) -> list[int]:
     """Indices where a new level starts, ascending ([] for a series too short to judge)."""
     if len(values) < MIN_POINTS:
         return []
-    import numpy as np  # signal-processing-algorithms' own dependency
-
     energy = _energy_statistics()
+    import numpy as np  # signal-processing-algorithms' own dependency, there when it is
     state = np.random.get_state()  # the library draws from numpy's global generator
     np.random.seed(SEED)
     try:

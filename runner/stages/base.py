@@ -35,6 +35,8 @@ class RunOptions:
     manifest says ([suites] bench)"""
     bench_only: tuple[str, ...] = ()
     """the bench measurements to time (empty: all of them); a slowdown's bisection times one"""
+    bench_time: bool = True
+    """False: the bench stage counts instructions and times nothing (a bisection step on counts)"""
     trigger: str = "manual"
     pr: int | None = None
     pr_head_sha: str | None = None

@@ -134,9 +134,12 @@ class Runner:
             self.hung = f"the backend hung in an earlier probe ({what} timed out after {result.timeout_s:g} s)"
 
     def probe(self, script: str, *args: str, autoload: bool | None = True, timeout: float | None = None,
-              imports_backend: bool = True) -> Probe:
+              imports_backend: bool = True, prefix: tuple[str, ...] = (),
+              env: dict[str, str] | None = None) -> Probe:
         """imports_backend=False: the probe loads none of the backends under verification (the
-        inventory, a neighbour's entry point alone), so a hang of theirs does not stop it."""
+        inventory, a neighbour's entry point alone), so a hang of theirs does not stop it.
+        prefix: a command the interpreter runs under (the bench stage's valgrind); env: variables
+        added to the probe's environment."""
         imports_backend = imports_backend and script != "entry_points.py"
         if imports_backend and (skipped := self._not_started([script, *args])) is not None:
             return Probe(skipped, {})
@@ -160,11 +163,11 @@ class Runner:
 
         # The probe dumps its stacks shortly before the limit, so a hang says where it hung.
         deadline = max(timeout - 2.0, timeout * 0.8)
-        argv = procs.python_argv(self.python, os.fspath(PROBES / script), *args)
+        argv = [*prefix, *procs.python_argv(self.python, os.fspath(PROBES / script), *args)]
         if script != "entry_points.py":
             argv += ["--deadline", f"{deadline:.1f}"]
         started = time.monotonic()
-        result = procs.run(argv, timeout=timeout, env=self.env(autoload, nonce), on_line=on_line,
+        result = procs.run(argv, timeout=timeout, env={**self.env(autoload, nonce), **(env or {})}, on_line=on_line,
                            tail_bytes=PROBE_TAIL, cwd=procs.neutral_dir())
         self._record(result, autoload)
         if imports_backend:

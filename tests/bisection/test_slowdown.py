@@ -1,6 +1,7 @@
 """`ootci bisect --perf MEASUREMENT`: the performance predicate (runner/bisection/slowdown.py) from the
-ends' bench rounds, each step judged by which end its rounds lie nearer, and a walk over candidates
-that finds the commit that made the measurement slower and never guesses a noisy step."""
+ends' instruction counts where they moved (each step judged by which end its count lies nearer),
+else from their time rounds (by which end most rounds lie nearer), and a walk over candidates that
+finds the commit that made the measurement slower and never guesses a noisy step."""
 
 from __future__ import annotations
 
@@ -32,6 +33,51 @@ def bench_run(run_id: str, rounds: list[float] | None, measurement: str = "add_t
 
 def predicate():
     return slowdown.derive(bench_run("good", GOOD_ROUNDS), bench_run("bad", BAD_ROUNDS), "add_tiny")
+
+
+def count_run(run_id: str, device: float | None, cpu: float = 9_000.0, measurement: str = "add_tiny",
+              counter: str = "callgrind", day: int = 0) -> RunRecord:
+    """A run whose bench stage counted `measurement` (instructions per call on each side), and timed it."""
+    record = bench_run(run_id, GOOD_ROUNDS, measurement=measurement, day=day)
+    stage = record.stage("bench")
+    stage.data["counter"] = counter
+    if device is not None:
+        stage.data["measurements"][measurement]["counts"] = {
+            "device": {"per_call": device}, "cpu": {"per_call": cpu}, "ratio": device / cpu}
+    return record
+
+
+def test_on_counts_the_predicate_takes_the_measure_that_moved_and_says_by_which_counter():
+    own = slowdown.derive(count_run("good", 18_400), count_run("bad", 18_960), "add_tiny")
+    assert (own.stage, own.measurement, own.metric, own.counter) == ("bench", "add_tiny", "count", "callgrind")
+    assert (own.good_value, own.bad_value) == (18_400, 18_960) and own.good_ratios == []
+    assert own.cause == "add_tiny +3.0% instructions (1.84e+04 -> 1.896e+04, callgrind)"
+    # Upstream made the CPU's add cheaper and the device's did not follow: the ratio moved.
+    relative = slowdown.derive(count_run("good", 18_400, cpu=9_000), count_run("bad", 18_400, cpu=8_500), "add_tiny")
+    assert relative.metric == "count_ratio" and relative.bad_value == pytest.approx(18_400 / 8_500)
+
+
+@pytest.mark.parametrize("good, bad, said", [
+    (count_run("good", 18_400), count_run("bad", 18_600), r"counts no 2% more instructions .* \(device \+1.09%"),
+    # Counted by different counters, and the time rounds do not tell apart: refused on time.
+    (count_run("good", 18_400), count_run("bad", 19_400, counter="perf_event"), "is not 5% slower"),
+])
+def test_ends_whose_counts_did_not_move_are_refused(good, bad, said):
+    with pytest.raises(BisectError, match=said):
+        slowdown.derive(good, bad, "add_tiny")
+
+
+def test_a_step_on_counts_is_judged_by_which_end_its_count_lies_nearer_and_never_noisy():
+    p = slowdown.derive(count_run("good", 18_400), count_run("bad", 18_960), "add_tiny")
+    assert bisect.judge(count_run("step", 18_950), p)[:2] == \
+        (V.bad, "add_tiny 1.895e+04 instructions (good 1.84e+04, bad 1.896e+04)")
+    assert bisect.judge(count_run("step", 18_600), p)[0] is V.good
+    assert bisect.judge(count_run("step", 18_700), p)[0] is V.bad  # past the middle, as factors
+    assert bisect.judge(count_run("step", 19_000, counter="perf_event"), p)[:2] == \
+        (V.skip, "add_tiny was counted by perf_event, the ends by callgrind")
+    uncounted = count_run("step", None)
+    uncounted.stage("bench").data["counter_note"] = "time only: valgrind is not on PATH"
+    assert bisect.judge(uncounted, p)[:2] == (V.skip, "add_tiny was not counted (time only: valgrind is not on PATH)")
 
 
 def test_the_predicate_keeps_both_ends_rounds_and_says_the_slowdown():
@@ -116,29 +162,52 @@ def test_a_walk_finds_the_commit_that_made_it_slower_past_a_noisy_one(tmp_path):
     assert all(s.verdict is not V.bad for s in r.steps if r.candidates[s.candidate].commit in commits[:4])
 
 
+def test_a_walk_on_counts_names_the_commit_without_judging_a_step_twice(tmp_path):
+    """Eight backend commits, the fifth 3 % more instructions on the device: a count has no noise,
+    so each verdict stands as given (a walk on time rounds judges its boundaries twice)."""
+    from ootci.runner.manifests import registry
+
+    on_counts = slowdown.derive(count_run("good", 18_400), count_run("bad", 18_952), "add_tiny")
+    options = bisect.BisectOptions(manifest=registry.resolve("openreg"), good="c0", bad="c7", out=tmp_path,
+                                   axis="backend", perf="add_tiny")
+    state = BisectRecord(bisect_id="bisect-openreg-perf", backend="openreg", started_at=bisect.now(),
+                         good="c0", bad="c7", predicate=on_counts)
+    b = bisect.Bisection(options, state, tmp_path)
+    commits = [f"{k:x}" * 40 for k in range(8)]
+    r = BisectRound(axis="backend", fixed="torch 2.13.0", torch="2.13.0",
+                    candidates=[BisectCandidate(label=f"openreg@{c[:7]}", spec=c, commit=c) for c in commits])
+    state.rounds.append(r)
+    b.walk(r, on_counts, lambda c: count_run("step", 18_952 if commits.index(c.commit) >= 4 else 18_401))
+    assert r.result.kind == "found", r.result
+    named = (r.candidates[r.result.last_good].commit, r.candidates[r.result.first_bad].commit)
+    assert named == (commits[3], commits[4])
+    assert not any(s.rerun for s in r.steps) and len(r.steps) == 3
+
+
 def test_without_ends_the_open_regression_under_runs_names_them(tmp_path):
-    """--perf without --good/--bad: the runs either side of the change `ootci perf` finds."""
+    """--perf without --good/--bad: the runs either side of the step `ootci perf` finds."""
     from ootci.runner.records import record_files
 
     runs = tmp_path / "runs"
     for day in range(12):
-        rounds = [r * (1.3 if day >= 8 else 1.0) * (1 + 0.01 * ((day * 7) % 5 - 2)) for r in GOOD_ROUNDS]
-        record = bench_run(f"openreg-202611{day + 1:02d}T031700Z-{day:06x}", rounds, day=day)
+        record = count_run(f"openreg-202611{day + 1:02d}T031700Z-{day:06x}", 18_400 * (1.04 if day >= 8 else 1.0),
+                           day=day)
         record.finished_at = record.started_at + dt.timedelta(minutes=5)
         record_files.write(runs / record.run_id, record)
     planned = ootci("bisect", "openreg", "--perf", "add_tiny", "--runs", str(runs), "--out", str(tmp_path / "b"),
                     "--axis", "backend", "--dry-run")
     assert "openreg-20261108T031700Z-000007" in planned.stdout + planned.stderr
     assert "openreg-20261109T031700Z-000008" in planned.stdout + planned.stderr
+    assert "predicate: stage bench: add_tiny +4.0% instructions" in planned.stdout
     none = ootci("bisect", "openreg", "--perf", "matmul", "--runs", str(runs), "--out", str(tmp_path / "c"))
     assert none.returncode == 2 and "no open regression of openreg matmul" in none.stderr
 
 
-def test_the_nightly_plan_lists_a_slowdown_the_latest_night_revealed_and_only_that_night(tmp_path):
+def test_the_nightly_plan_lists_a_slowdown_on_the_night_it_appears_and_only_that_night(tmp_path):
     """`ootci bisect --turned-red` (nightly.yml's bisect-plan): besides backends that turned red, each
-    bench measurement whose slowdown the detector finds with the latest run and did not find without
-    it, with the runs either side (`perf`: the measurement). Steady nights list nothing; the
-    night after, it is not listed again."""
+    bench measurement whose count stepped with the latest run, once (its count and its count ratio
+    moved together), with the runs either side (`perf`: the measurement). Steady nights list
+    nothing; the night after, it is not listed again. No perf extra is needed for counts."""
     import json
     import random
 
@@ -146,11 +215,11 @@ def test_the_nightly_plan_lists_a_slowdown_the_latest_night_revealed_and_only_th
 
     runs = tmp_path / "runs"
     noise = random.Random(3)
-    nights = [1 + noise.gauss(0, 0.02) for _ in range(20)] + [1.3 * (1 + noise.gauss(0, 0.02)) for _ in range(3)]
+    nights = [18_400 * (1 + noise.uniform(-0.002, 0.002)) for _ in range(20)] + [18_400 * 1.03] * 2
 
     def night(day: int) -> str:
-        record = bench_run(f"openreg-{(STARTED + dt.timedelta(days=day)):%Y%m%dT%H%M%SZ}-{day:06x}",
-                           [nights[day]] * 5, day=day)
+        record = count_run(f"openreg-{(STARTED + dt.timedelta(days=day)):%Y%m%dT%H%M%SZ}-{day:06x}", nights[day],
+                           day=day)
         record.finished_at = record.started_at + dt.timedelta(minutes=5)
         record_files.write(runs / record.run_id, record)
         return record.run_id
@@ -158,7 +227,7 @@ def test_the_nightly_plan_lists_a_slowdown_the_latest_night_revealed_and_only_th
     ids = [night(day) for day in range(20)]
     steady = ootci("bisect", "--turned-red", "--runs", str(runs))
     assert (steady.returncode, json.loads(steady.stdout)) == (0, []), steady.stderr
-    ids.append(night(20))  # one night at the new level: found with it
+    ids.append(night(20))  # the first night at the new level: found with it
     planned = ootci("bisect", "--turned-red", "--runs", str(runs))
     assert planned.returncode == 0, planned.stderr
     assert [(e["backend"], e["good"], e["bad"], e["perf"]) for e in json.loads(planned.stdout)] == \
@@ -167,9 +236,10 @@ def test_the_nightly_plan_lists_a_slowdown_the_latest_night_revealed_and_only_th
     assert json.loads(ootci("bisect", "--turned-red", "--runs", str(runs)).stdout) == []
 
 
-def test_a_step_times_only_the_measurement_and_an_end_times_them_all(tmp_path, monkeypatch):
-    """A slowdown's step costs one measurement's rounds, not the whole bench stage: the probe gets
-    --only MEASUREMENT; an end run from a spec records every measurement, as a nightly does."""
+def test_a_step_measures_only_the_measurement_and_an_end_measures_them_all(tmp_path, monkeypatch):
+    """A slowdown's step costs one measurement, not the whole bench stage: the probe gets --only
+    MEASUREMENT (and on counts, no timing); an end run from a spec records every measurement, as a
+    nightly does."""
     from ootci.runner.manifests import registry
     from ootci.runner.stages import bench
 
@@ -181,8 +251,12 @@ def test_a_step_times_only_the_measurement_and_an_end_times_them_all(tmp_path, m
                                                good="c0", bad="c7"), tmp_path)
     b.run(manifest, "2.13.0", None, predicate())
     b.run(manifest, "2.13.0", None, None)
-    step, end = asked
+    on_counts = slowdown.derive(count_run("good", 18_400), count_run("bad", 18_960), "add_tiny")
+    b.run(manifest, "2.13.0", None, on_counts)
+    step, end, counting = asked
     assert (step.bench, step.bench_only, step.last_stage, step.suites) == (True, ("add_tiny",), "bench", ())
-    assert (end.bench, end.bench_only) == (True, ())
+    assert (end.bench, end.bench_only, end.bench_time) == (True, (), True)
+    # A step judged on counts counts, and times nothing; one judged on time rounds times.
+    assert (step.bench_time, counting.bench_time, counting.bench_only) == (True, False, ("add_tiny",))
     assert bench.probe_args(manifest, step.bench_only)[-2:] == ["--only", "add_tiny"]
     assert "--only" not in bench.probe_args(manifest)

@@ -103,48 +103,103 @@ def test_a_series_without_a_change_is_settled_in_a_few_shuffles(monkeypatch):
 
 
 def test_without_the_perf_extra_the_error_says_what_to_install(monkeypatch):
-    for name in ("signal_processing_algorithms", "signal_processing_algorithms.energy_statistics",
+    """Neither the library nor numpy: the one line, not a ModuleNotFoundError (a plain install has no numpy)."""
+    for name in ("numpy", "signal_processing_algorithms", "signal_processing_algorithms.energy_statistics",
                  "signal_processing_algorithms.energy_statistics.energy_statistics"):
         monkeypatch.setitem(sys.modules, name, None)  # as if not installed: the import fails
     with pytest.raises(UsageError, match=r"pip install 'ootci\[perf\]'"):
         changes.change_points(noisy([(1.0, 10)]))
+    assert changes.available() is False
 
 
-def record(run_id: str, day: int, ratios: dict[str, float] | None, **fields) -> RunRecord:
+def bench(counts: dict[str, tuple[float, float]] | None = None, times: dict[str, float] | None = None, *,
+          counter: str = "callgrind", gated: bool = False, noisy_names: tuple[str, ...] = ()) -> StageResult:
+    """A bench stage's result: (device, CPU) instructions per call, and device seconds per call."""
+    measurements: dict[str, dict] = {}
+    for name, (device, cpu) in (counts or {}).items():
+        measurements.setdefault(name, {})["counts"] = {"device": {"per_call": device}, "cpu": {"per_call": cpu},
+                                                       "ratio": device / cpu}
+    for name, t in (times or {}).items():
+        measurements.setdefault(name, {}).update({"device": {"median": t, "rsd": 0.01}, "cpu": {"median": 1e-3},
+                                                  "ratio": t / 1e-3, "timing": "events",
+                                                  "noisy": name in noisy_names})
+    return StageResult(name="bench", status=Status.passed, data={
+        "measurements": measurements, "counter": counter if counts else None, "timing": "events",
+        "time_gated": gated})
+
+
+def record(run_id: str, day: int, stage: StageResult | None, **fields) -> RunRecord:
     stages = [StageResult(name="build", status=Status.passed, data={"source": f"git@{day:040x}"})]
-    if ratios is not None:
-        stages.append(StageResult(name="bench", status=Status.passed, data={"measurements": {
-            name: {"device": {"median": r}, "cpu": {"median": 1.0}, "ratio": r} for name, r in ratios.items()}}))
-    return RunRecord(run_id=run_id, backend="acme", device="acme", torch=TorchInfo(spec="nightly", git_version=f"{day:040x}"),
+    if stage is not None:
+        stages.append(stage)
+    return RunRecord(run_id=run_id, backend="acme", device="acme",
+                     torch=TorchInfo(spec="nightly", git_version=f"{day:040x}"),
                      started_at=dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=day),
                      status=Status.passed, stages=stages, trigger=fields.pop("trigger", "nightly"), **fields)
 
 
-def test_series_hold_main_line_runs_with_a_bench_stage_oldest_first():
-    records = [record("n2", 2, {"matmul": 1.2, "add_tiny": 3.0}), record("n1", 1, {"matmul": 1.1}),
-               record("pr", 3, {"matmul": 9.0}, trigger="pr", pr=5), record("shard", 4, {"matmul": 9.0}, shard="1/2"),
-               record("off", 5, None), record("n6", 6, {"matmul": 1.3, "bad": -1.0})]
+def test_series_hold_main_line_runs_one_per_metric_and_method_oldest_first():
+    records = [record("n2", 2, bench({"matmul": (120.0, 100.0), "add_tiny": (300.0, 100.0)})),
+               record("n1", 1, bench({"matmul": (110.0, 100.0)}, {"matmul": 2e-3})),
+               record("pr", 3, bench({"matmul": (900.0, 100.0)}), trigger="pr", pr=5),
+               record("shard", 4, bench({"matmul": (900.0, 100.0)}), shard="1/2"),
+               record("off", 5, None),
+               record("n6", 6, bench({"matmul": (130.0, 100.0), "bad": (-1.0, 100.0)}, counter="perf_event")),
+               # Before the stage counted: its time was wall time, ungated.
+               record("old", 7, StageResult(name="bench", status=Status.passed, data={"measurements": {
+                   "matmul": {"ratio": 1.2, "device": {"median": 3e-3}, "cpu": {"median": 1e-3}}}}))]
     found = series.of_records(records)
-    assert set(found) == {("acme", "matmul"), ("acme", "add_tiny")}
-    matmul = found[("acme", "matmul")]
-    assert [p.run_id for p in matmul.points] == ["n1", "n2", "n6"] and matmul.ratios == [1.1, 1.2, 1.3]
-    assert matmul.points[0].source == f"git@{1:040x}" and matmul.points[0].torch_commit == f"{1:040x}"
+    assert set(found) == {("acme", "matmul", "count", "callgrind"), ("acme", "matmul", "count_ratio", "callgrind"),
+                          ("acme", "add_tiny", "count", "callgrind"), ("acme", "add_tiny", "count_ratio", "callgrind"),
+                          ("acme", "matmul", "count", "perf_event"), ("acme", "matmul", "count_ratio", "perf_event"),
+                          ("acme", "matmul", "time", "events"), ("acme", "matmul", "time", "wall")}
+    counted = found[("acme", "matmul", "count", "callgrind")]
+    assert [p.run_id for p in counted.points] == ["n1", "n2"] and counted.values == [110.0, 120.0]
+    assert [p.cpu for p in counted.points] == [100.0, 100.0] and counted.gated
+    assert found[("acme", "matmul", "count_ratio", "callgrind")].values == [1.1, 1.2]
+    # Another counter is another series: never one series of two counters.
+    assert found[("acme", "matmul", "count", "perf_event")].values == [130.0]
+    assert counted.points[0].source == f"git@{1:040x}" and counted.points[0].torch_commit == f"{1:040x}"
+    old = found[("acme", "matmul", "time", "wall")]
+    assert old.values == [3e-3] and not old.gated
 
 
-def test_ootci_perf_names_the_open_regression_and_the_runs_around_it(tmp_path):
+def write_nights(runs, stages) -> None:
+    for day, stage in enumerate(stages):
+        record_files.write(runs / f"acme-{day:02d}", record(f"acme-{day:02d}", day, stage))
+
+
+def test_ootci_perf_names_a_count_step_on_its_first_night_and_tells_the_backends_own(tmp_path):
     runs = tmp_path / "runs"
-    matmul = noisy([(1.1, 24), (1.3, 4)], seed=3)
-    add = noisy([(2.0, 28)], seed=4)
-    for day, (m, a) in enumerate(zip(matmul, add)):
-        record_files.write(runs / f"acme-{day:02d}", record(f"acme-{day:02d}", day, {"matmul": m, "add_tiny": a}))
+    # add_tiny: the device's count steps 3 % at night 8, the CPU's does not: the backend's own.
+    # matmul: both sides step 4 % at night 8: upstream. view: steady.
+    stages = [bench({"add_tiny": (18_400 * (1.03 if day >= 8 else 1), 9_000),
+                     "matmul": (1.1e8 * (1.04 if day >= 8 else 1), 1.0e8 * (1.04 if day >= 8 else 1)),
+                     "view": (9_460 * (1 + 0.0005 * (day % 3)), 9_444)}) for day in range(9)]
+    write_nights(runs, stages)
     result = ootci("perf", "--runs", str(runs), "--json")
     assert result.returncode == 0, result.stderr
-    [found] = json.loads(result.stdout)
-    assert (found["backend"], found["measurement"], found["runs_since"]) == ("acme", "matmul", 4)
-    assert (found["last_good"]["run_id"], found["first_bad"]["run_id"]) == ("acme-23", "acme-24")
-    assert found["relative"] == pytest.approx(0.18, abs=0.04)
+    found = {(r["measurement"], r["metric"]): r for r in json.loads(result.stdout)}
+    assert set(found) == {("add_tiny", "count"), ("add_tiny", "count_ratio"), ("matmul", "count")}
+    tiny = found[("add_tiny", "count")]
+    assert (tiny["last_good"]["run_id"], tiny["first_bad"]["run_id"], tiny["runs_since"]) == ("acme-07", "acme-08", 1)
+    assert tiny["relative"] == pytest.approx(0.03) and tiny["origin"] == "backend"
+    assert found[("matmul", "count")]["origin"] == "upstream"
     text = ootci("perf", "--runs", str(runs))
-    assert text.stdout.splitlines()[-1] == "1 open performance regression(s)"
-    assert text.stdout.startswith("acme matmul: +")
+    assert text.stdout.splitlines()[-1] == "3 open performance regression(s)"
+    assert "acme add_tiny count (callgrind): +3.0%" in text.stdout and "the backend's own" in text.stdout
     missing = ootci("perf", "--runs", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "--runs:" in missing.stderr and "is not a directory" in missing.stderr
+
+
+def test_device_time_is_judged_only_where_gated_and_without_its_noisy_nights(tmp_path):
+    times = noisy([(1e-3, 24), (1.3e-3, 4)], seed=3)
+    gated, shown = tmp_path / "gated", tmp_path / "shown"
+    # The gated backend's night 25 is far off, and marked too noisy to judge: left out.
+    write_nights(gated, [bench(times={"matmul": t * (3 if day == 25 else 1)}, gated=True,
+                               noisy_names=("matmul",) if day == 25 else ()) for day, t in enumerate(times)])
+    write_nights(shown, [bench(times={"matmul": t}, gated=False) for t in times])
+    [found] = json.loads(ootci("perf", "--runs", str(gated), "--json").stdout)
+    assert (found["metric"], found["method"], found["first_bad"]["run_id"]) == ("time", "events", "acme-24")
+    assert found["runs_since"] == 3 and found["relative"] == pytest.approx(0.3, abs=0.05)
+    assert json.loads(ootci("perf", "--runs", str(shown), "--json").stdout) == []

@@ -96,7 +96,7 @@ STARTED = dt.datetime(2026, 11, 23, 9, 0, tzinfo=dt.timezone.utc)
 
 def write_run(root: Path, run_id: str, *, backend: str = "openreg", trigger: str = "pr", pr: int | None = 167123,
               failing: tuple[str, ...] = (), passing: int = 3, started: dt.datetime = STARTED,
-              bench: dict[str, float] | None = None) -> Path:
+              bench: dict[str, float] | None = None, counter: str = "callgrind") -> Path:
     tests = [Result(id=f"smoke::test_ok.py::test_{i}", suite="smoke", outcome=Outcome.passed) for i in range(passing)]
     tests += [Result(id=t, suite="integration", outcome=Outcome.failed, message="AssertionError") for t in failing]
     status = Status.failed if failing else Status.passed
@@ -106,8 +106,10 @@ def write_run(root: Path, run_id: str, *, backend: str = "openreg", trigger: str
                        stages=[StageResult(name="smoke", status=Status.passed),
                                StageResult(name="integration", status=status,
                                            summary=f"{len(failing)} tests failed" if failing else "")]
-                       + ([StageResult(name="bench", status=Status.passed,
-                                       data={"measurements": {k: {"ratio": v} for k, v in bench.items()}})]
+                       + ([StageResult(name="bench", status=Status.passed, data={"counter": counter, "measurements": {
+                           # bench: device instructions per call, beside a CPU count of 10,000
+                           k: {"counts": {"device": {"per_call": v}, "cpu": {"per_call": 10_000.0},
+                                          "ratio": v / 10_000}} for k, v in bench.items()}})]
                           if bench else []))
     run_dir = root / run_id
     run_dir.mkdir(parents=True)
@@ -405,40 +407,43 @@ def test_test_results_name_failures_that_are_new_since_the_latest_nightly(tmp_pa
     assert summary["page_url"] == "https://ootci.github.io/ootci/#pr-167123"
 
 
-NIGHTLY_RATIOS = [(3.0, 1.10), (3.1, 1.12), (2.9, 1.08), (3.05, 1.11), (2.95, 1.09)]
-"""(add_tiny, matmul) of five nightlies: a few per cent of noise"""
+NIGHTLY_COUNTS = [(18_400, 1.1e8), (18_410, 1.1001e8), (18_395, 1.1e8), (18_405, 1.0999e8), (18_400, 1.1e8)]
+"""(add_tiny, matmul) device instructions per call of five nightlies: a count's few hundredths of a per cent"""
 
 
-@pytest.mark.parametrize("pr_ratios, slower", [
-    ({"add_tiny": 3.9, "matmul": 1.12}, ["add_tiny"]),  # 30 % above the median, above every nightly
-    ({"add_tiny": 3.12, "matmul": 1.05}, []),  # inside the nightlies' own spread, or faster
-    ({"add_tiny": 3.14, "matmul": 1.11}, []),  # above every nightly, but not 5 % above their median
+@pytest.mark.parametrize("pr_counts, slower", [
+    ({"add_tiny": 18_952, "matmul": 1.1e8}, [("add_tiny", "count"), ("add_tiny", "count_ratio")]),  # 3 % more
+    ({"add_tiny": 18_600, "matmul": 1.0e8}, []),  # 1 % more: below 2 %; or fewer
 ])
-def test_a_pr_run_is_slower_only_above_the_whole_range_of_the_recent_nightlies(tmp_path, pr_ratios, slower):
+def test_a_pr_runs_count_is_slower_when_it_steps_above_the_nightlies(tmp_path, pr_counts, slower):
+    """One PR run is enough: a count is all but deterministic, judged as the nightly judges a step."""
     runs, history = tmp_path / "runs", tmp_path / "history"
-    write_run(runs, "openreg-pr", bench=pr_ratios)
-    for day, (tiny, matmul) in enumerate(NIGHTLY_RATIOS):
+    write_run(runs, "openreg-pr", bench=pr_counts)
+    for day, (tiny, matmul) in enumerate(NIGHTLY_COUNTS):
         write_run(history, f"openreg-n{day}", trigger="nightly", pr=None, bench={"add_tiny": tiny, "matmul": matmul},
                   started=STARTED - dt.timedelta(days=5 - day))
     # A nightly after the PR run, and another backend's, are no baseline for it.
-    write_run(history, "openreg-later", trigger="nightly", pr=None, bench={"add_tiny": 9.0, "matmul": 9.0},
+    write_run(history, "openreg-later", trigger="nightly", pr=None, bench={"add_tiny": 9e4, "matmul": 9e8},
               started=STARTED + dt.timedelta(hours=1))
-    write_run(history, "other-n", backend="other", trigger="nightly", pr=None, bench={"add_tiny": 9.0},
+    write_run(history, "other-n", backend="other", trigger="nightly", pr=None, bench={"add_tiny": 9e4},
               started=STARTED - dt.timedelta(days=1))
     [entry] = relay.summarize(relay.read_records(runs)[0], baseline=relay.read_records(history)[0])["backends"]
-    assert [s["measurement"] for s in entry["slower_than_nightly"]] == slower
+    assert [(s["measurement"], s["metric"]) for s in entry["slower_than_nightly"]] == slower
     for found in entry["slower_than_nightly"]:
-        assert found["nightlies"] == 5 and found["nightly_median"] == 3.0 and found["nightly_max"] == 3.1
-        assert found["relative"] == round(3.9 / 3.0 - 1, 4)
+        assert found["nightlies"] == 5 and found["method"] == "callgrind"
+    if slower:
+        count = entry["slower_than_nightly"][0]
+        assert (count["value"], count["nightly_median"], count["nightly_max"]) == (18_952, 18_400, 18_410)
+        assert count["relative"] == round(18_952 / 18_400 - 1, 4)
 
 
-def test_without_bench_or_enough_nightlies_nothing_is_said_of_speed(tmp_path):
+def test_without_bench_or_a_nightly_counted_alike_nothing_is_said_of_speed(tmp_path):
     runs, history = tmp_path / "runs", tmp_path / "history"
-    write_run(runs, "openreg-pr", bench={"add_tiny": 9.0})
+    write_run(runs, "openreg-pr", bench={"add_tiny": 9e4})
     write_run(runs, "plain-pr", backend="plain")
-    for day in range(2):
-        write_run(history, f"openreg-n{day}", trigger="nightly", pr=None, bench={"add_tiny": 3.0},
-                  started=STARTED - dt.timedelta(days=day + 1))
+    for day in range(2):  # counted by another counter: another series, no baseline
+        write_run(history, f"openreg-n{day}", trigger="nightly", pr=None, bench={"add_tiny": 18_400},
+                  started=STARTED - dt.timedelta(days=day + 1), counter="perf_event")
     summary = relay.summarize(relay.read_records(runs)[0], baseline=relay.read_records(history)[0])
     assert {e["backend"]: e["slower_than_nightly"] for e in summary["backends"]} == {"openreg": None, "plain": None}
     [entry] = relay.summarize(relay.read_records(runs)[0])["backends"][:1]

@@ -1,9 +1,11 @@
-"""The bench stage: OpenReg timed on its device and on CPU, each measurement with its statistics
-and ratio; a crash names the measurement it happened in; switched off, it leaves no trace in the
+"""The bench stage: OpenReg's host instructions counted and its time taken on its device and on CPU,
+each measurement with its statistics and ratios; without a counter the stage is time only and
+says why; a crash names the measurement it happened in; switched off, it leaves no trace in the
 record (tests/onboarding/test_init.py checks a first run's stages are exactly the six)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -148,31 +150,115 @@ def test_only_sets_up_the_models_when_it_names_one(torch_layer, tmp_path, monkey
     assert set(bench.result_of(model).data["measurements"]) == {"add_tiny"}
 
 
+def test_every_measurement_is_timed_on_both_sides_with_its_spread(torch_layer, tmp_path, monkeypatch):
+    """The CPU device of the 2.13.0 layer, briefly: each measurement's two sides, their relative
+    standard deviation, the rounds' ratios, how the device was timed (the CPU has no timing events:
+    wall time) and whether it was too noisy to judge."""
+    probe = probe_with(torch_layer, tmp_path, monkeypatch, "", "--events")
+    result = bench.result_of(probe)
+    assert result.status is Status.passed, result.summary
+    assert result.data["timing"] == "wall" and "events_unusable" in result.data
+    measurements = result.data["measurements"]
+    assert set(measurements) == EVERY_MEASUREMENT
+    for name, m in measurements.items():
+        for side in ("device", "cpu"):
+            assert m[side]["median"] > 0 and m[side]["iqr"] >= 0 and m[side]["rsd"] >= 0, (name, m)
+            assert m[side]["runs"] >= 3 and m[side]["per_run"] >= 1, (name, m)
+        assert m["round_ratios"] == [m["ratio"]] and m["timing"] == "wall"
+        assert m["noisy"] is (m["device"]["rsd"] > 0.05)
+    assert result.data["counter"] is None and "counts" not in measurements["add_tiny"]
+
+
+def cpu_manifest(**suites):
+    """A manifest for the CPU device of the torch layer itself (no backend package to import)."""
+    manifest = openreg(**suites)
+    return manifest.model_copy(update={"device": "cpu", "import_name": "", "capabilities": []})
+
+
+def test_without_valgrind_the_stage_is_time_only_and_says_why_in_one_line(torch_layer, tmp_path, monkeypatch):
+    """This machine has no hardware counter (perf_event_open is refused here), so without Valgrind
+    nothing can count: an image without a counter gets a passed, time-only stage whose summary says
+    why, in one line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))  # nothing on it: no valgrind
+    missing = "valgrind is not on PATH (install it for instruction counts: apt-get install valgrind)"
+    assert bench.callgrind_tools() == missing
+    valgrind = shutil.which("valgrind", path="/usr/bin:/usr/local/bin")
+    if valgrind is not None:  # valgrind alone, without its callgrind_control
+        (bin_dir / "valgrind").symlink_to(valgrind)
+        assert bench.callgrind_tools() == \
+            f"callgrind_control is not on PATH beside {bin_dir / 'valgrind'} (it comes with valgrind)"
+        (bin_dir / "valgrind").unlink()
+    result = bench.measure(torch_layer.python, cpu_manifest(), ("add_tiny",), log=tmp_path / "bench.log")
+    assert result.status is Status.passed, result.summary
+    note = result.data["counter_note"]
+    assert note.startswith("time only: no hardware instruction counter") and "\n" not in note
+    assert note.endswith(f"; {missing}")
+    assert result.data["counter"] is None and "counts" not in result.data["measurements"]["add_tiny"]
+    assert result.summary.endswith(note) and "1 measurements; time by synchronised wall time" in result.summary
+    assert (tmp_path / "bench.log").read_text().count("bench.py --device cpu") == 1  # no counting process
+
+
+CONTROL_REFUSES = "#!/bin/sh\necho 'Error: Callgrind task with PID '$2' not detected' >&2\nexit 3\n"
+
+
+def test_a_counter_that_cannot_count_leaves_a_time_only_stage(torch_layer, tmp_path, monkeypatch):
+    """The counting process when Callgrind cannot start counting (its control cannot reach the
+    process, as where Valgrind's gdbserver is unreachable): no counts, a passed stage, and the reason."""
+    control = tmp_path / "callgrind_control"
+    control.write_text(CONTROL_REFUSES)
+    control.chmod(0o755)
+    timed = probe_with(torch_layer, tmp_path / "timed", monkeypatch, "", "--only", "add_tiny")
+    counted = probe_with(torch_layer, tmp_path / "counted", monkeypatch, "", "--only", "add_tiny", "--no-time",
+                         "--counter", "callgrind", "--callgrind-out", str(tmp_path / "callgrind.out"),
+                         "--callgrind-control", str(control))
+    result = bench.result_of(timed, counted)
+    assert result.status is Status.passed, result.summary
+    assert result.data["counter"] is None and "counts" not in result.data["measurements"]["add_tiny"]
+    assert result.data["counter_note"].startswith(
+        "time only: Callgrind could not count: CounterUnavailable: callgrind_control could not start "
+        "instrumentation (exit 3): Error: Callgrind task with PID"), result.data["counter_note"]
+
+
 @pytest.mark.slow
-def test_openreg_bench_records_every_measurement_with_its_statistics_and_ratio(tmp_path):
+def test_openreg_bench_counts_and_times_each_measurement_on_both_sides(tmp_path):
+    """OpenReg as a nightly measures it, on one measurement of each group: the timing process (its
+    device by OpenReg's timing events) and one Callgrind process that counts every measurement."""
     out = tmp_path / "runs"
-    result = ootci("run", "openreg", "--torch", "2.13.0", "--suites", "bench", "--out", str(out), timeout=1800)
+    picked = ("synchronize", "add_tiny", "matmul", "train_step:mlp")
+    result = ootci("run", "openreg", "--torch", "2.13.0", "--suites", "bench", "--bench-only", ",".join(picked),
+                   "--out", str(out), timeout=1800)
     record = only_record(out)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert [(s.name, s.status) for s in record.stages] == [
         ("torch", Status.passed), ("build", Status.passed), ("install", Status.passed), ("autoload", Status.passed),
         ("smoke", Status.skipped), ("integration", Status.skipped), ("upstream", Status.skipped),
         ("bench", Status.passed)]
-    assert record.command.endswith("--torch 2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu --suites bench") \
-        or record.command.endswith("--suites bench"), record.command
+    assert record.command.endswith(f"--suites bench --bench-only {','.join(picked)}"), record.command
     stage = record.stage("bench")
-    assert stage.data["synchronized"] is True
-    measurements = stage.data["measurements"]
-    assert set(measurements) == EVERY_MEASUREMENT
-    for name, m in measurements.items():
+    data = stage.data
+    assert (data["synchronized"], data["timing"], data["time_gated"], data["counter"]) == \
+        (True, "events", False, "callgrind"), {k: v for k, v in data.items() if k != "measurements"}
+    assert "counter_note" not in data and set(data["measurements"]) == set(picked)
+    for name, m in data["measurements"].items():
         for side in ("device", "cpu"):
-            assert m[side]["median"] > 0 and m[side]["iqr"] >= 0, (name, m)
-            assert m[side]["runs"] >= bench.ROUNDS, (name, m)  # at least one timed block per round
-        # The ratio is the median of the rounds' own device/CPU ratios, one per round.
+            assert m[side]["median"] > 0 and m[side]["iqr"] >= 0 and m[side]["rsd"] >= 0, (name, m)
+            counted = m["counts"][side]
+            assert len(counted["repeats"]) == bench.COUNT_REPEATS and counted["number"] >= 1, (name, m)
+            assert counted["per_call"] == sorted(counted["repeats"])[bench.COUNT_REPEATS // 2] > 0, (name, m)
         rounds = m["round_ratios"]
         assert len(rounds) == bench.ROUNDS and rounds == sorted(rounds) and m["ratio"] == rounds[len(rounds) // 2]
-    assert "measurements, device/CPU ratio" in stage.summary
+        assert m["counts"]["ratio"] == m["counts"]["device"]["per_call"] / m["counts"]["cpu"]["per_call"]
+        assert m["timing"] == ("wall" if name == "synchronize" else "events") and isinstance(m["noisy"], bool)
+    # An add on OpenReg goes through its boxed fallback: more host instructions than the CPU's own add.
+    assert data["measurements"]["add_tiny"]["counts"]["ratio"] > 1.2
+    assert "instructions by callgrind" in stage.summary and "time by device events (shown, not gated" in stage.summary
+    # One Valgrind process, instrumented only while counting.
+    log = (out / record.run_id / "logs" / "bench.log").read_text()
+    assert log.count("valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no") == 1
     # The current dashboard reads a record with the stage.
     site = ootci("dashboard", "build", "--data", str(out), "--out", str(tmp_path / "site"))
     assert site.returncode == 0, site.stderr
-    assert (tmp_path / "site" / "backends" / "openreg.html").is_file()
+    page = (tmp_path / "site" / "backends" / "openreg.html").read_text()
+    assert 'id="perf-add_tiny-count"' in page and 'id="perf-add_tiny-time"' in page
