@@ -1,6 +1,6 @@
 """The bench stage: OpenReg timed on its device and on CPU, each measurement with its statistics
 and ratio; a crash names the measurement it happened in; switched off, it leaves no trace in the
-record (tests/onboarding/test_init.py checks a first run's stages are exactly the six)."""
+record (tests/onboarding/test_init.py checks a first run's stages are exactly those of its suites, no bench)."""
 
 from __future__ import annotations
 
