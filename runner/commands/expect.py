@@ -14,7 +14,6 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ootci.runner.core import atomic
 from ootci.runner.manifests import known_failures, registry
 from ootci.runner.records import record_files
 from ootci.runner.core.errors import UsageError
@@ -61,18 +60,12 @@ def cmd_expect(args: argparse.Namespace) -> int:
     manifest = manifest_of(record, args.manifest)
     if manifest.name != record.backend:
         raise UsageError(f"--from {args.source}: a run of {record.backend!r}, not of {manifest.name!r} ({manifest.path})")
-    assert manifest.path is not None
-    target = manifest.known_failures_path() or manifest.directory / known_failures.DEFAULT_NAME
-    baseline, counts = known_failures.update(manifest.known, record.tests, record.torch.version or record.torch.spec,
-                                             prune=args.prune)
-    atomic.write_text(target, known_failures.render(manifest.name, baseline))
-    if not manifest.known_failures:
-        text = manifest.path.read_text(encoding="utf-8")
-        atomic.write_text(manifest.path, known_failures.name_in_manifest(text, target.name))
-    total = sum(len(v) for v in baseline.values())
+    recorded = known_failures.record_run(manifest, record.tests, record.torch.version or record.torch.spec,
+                                         prune=args.prune)
+    counts = recorded.counts
     fixed = ""
     if counts["fixed"] and not args.prune:
         fixed = f"; {counts['fixed']} fixed (they passed): `--prune` removes them"
-    print(f"ootci expect: {target}: {total} known failures ({counts['added']} added, {counts['removed']} removed)"
-          f"{fixed}")
+    print(f"ootci expect: {recorded.path}: {recorded.total} known failures ({counts['added']} added, "
+          f"{counts['removed']} removed){fixed}")
     return 0

@@ -22,7 +22,22 @@ TESTS_HELP = ("take PyTorch's test files from DIR (its test/ folder, or a checko
 
 def add_upstream(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-files", metavar="FILE[,FILE...]", help=FILES_HELP)
-    parser.add_argument("--upstream-tests", type=Path, metavar="DIR", help=TESTS_HELP)
+    add_upstream_tests(parser)
+
+
+def add_upstream_tests(parser: argparse.ArgumentParser, help_text: str = TESTS_HELP) -> None:
+    parser.add_argument("--upstream-tests", type=Path, metavar="DIR", help=help_text)
+
+
+def folder_from(args: argparse.Namespace) -> Path | None:
+    """--upstream-tests, checked: an existing directory, made absolute (stages run elsewhere)."""
+    folder = args.upstream_tests
+    if folder is None:
+        return None
+    folder = folder.absolute()
+    if not folder.is_dir():
+        raise UsageError(f"--upstream-tests: {folder} is not a directory")
+    return folder
 
 
 def from_args(args: argparse.Namespace) -> tuple[tuple[str, ...], Path | None]:
@@ -38,9 +53,4 @@ def from_args(args: argparse.Namespace) -> tuple[tuple[str, ...], Path | None]:
         except ValidationError:
             raise UsageError(f"--upstream-files: {name!r} is not a path of a .py file under PyTorch's test/ "
                              f"(e.g. test_view_ops.py)") from None
-    folder = args.upstream_tests
-    if folder is not None:
-        folder = folder.absolute()
-        if not folder.is_dir():
-            raise UsageError(f"--upstream-tests: {folder} is not a directory")
-    return files, folder
+    return files, folder_from(args)

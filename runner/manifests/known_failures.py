@@ -23,11 +23,17 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ootci.runner.core import atomic
 from ootci.runner.core.errors import ManifestError
+
+if TYPE_CHECKING:  # manifest.py imports this module
+    from ootci.runner.manifests.manifest import Manifest
 
 DEFAULT_NAME = "known-failures.toml"
 REASON_CHARS = 240
@@ -40,7 +46,7 @@ _SUITE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 HEADER = """\
 # Known failures of backend {backend!r}: tests that fail, crash or time out today.
-# Written by `ootci expect --from RUN`; reviewed like code. One line a test, by suite.
+# Written by {written_by}; reviewed like code. One line a test, by suite.
 # A run passes when every failure is listed here; a listed test that passes again is
 # reported `fixed`, and `ootci expect --prune --from RUN` removes it.
 # outcome: how it failed when listed; torch: the torch it was seen failing with.
@@ -97,8 +103,12 @@ def _one_line(text: str) -> str:
     return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 1].rstrip() + "…"
 
 
-def render(backend: str, baseline: Baseline) -> str:
-    lines = [HEADER.format(backend=backend)]
+EXPECT = "`ootci expect --from RUN`"
+"""who writes a baseline, as its header says"""
+
+
+def render(backend: str, baseline: Baseline, written_by: str = EXPECT) -> str:
+    lines = [HEADER.format(backend=backend, written_by=written_by)]
     for suite in sorted(baseline):
         if not baseline[suite]:
             continue
@@ -156,10 +166,11 @@ def update(baseline: Baseline, tests, torch: str | None, *, prune: bool) -> tupl
     return {s: e for s, e in new.items() if e}, counts
 
 
-def name_in_manifest(manifest_text: str, file_name: str) -> str:
+def name_in_manifest(manifest_text: str, file_name: str, comment: str = "") -> str:
     """The manifest's text with `known_failures = "<file>"` among its top-level keys (before the
-    first table, where TOML puts them); the rest of the text, comments included, unchanged."""
-    line = f"known_failures = {json.dumps(file_name)}\n"
+    first table, where TOML puts them), after `comment` (lines that start with #) when given; the
+    rest of the text, comments included, unchanged."""
+    line = comment + f"known_failures = {json.dumps(file_name)}\n"
     lines = manifest_text.splitlines(keepends=True)
     first_table = next((i for i, text in enumerate(lines) if text.lstrip().startswith("[")), len(lines))
     insert_at = first_table
@@ -169,3 +180,31 @@ def name_in_manifest(manifest_text: str, file_name: str) -> str:
         lines[insert_at - 1] += "\n"
     lines.insert(insert_at, line)
     return "".join(lines)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What writing a run's failures into a backend's baseline did."""
+
+    path: Path
+    baseline: Baseline
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(len(entries) for entries in self.baseline.values())
+
+
+def record_run(manifest: Manifest, tests, torch: str | None, *, prune: bool = False, written_by: str = EXPECT,
+               comment: str = "") -> Recorded:
+    """A run's failures into the baseline file the manifest names (`update`); the first time, the
+    file `known-failures.toml` beside the manifest, named in the manifest's top-level keys (after
+    `comment`). `ootci expect` and `ootci init` both write a baseline through here."""
+    assert manifest.path is not None, "a manifest read from a file"
+    target = manifest.known_failures_path() or manifest.directory / DEFAULT_NAME
+    baseline, counts = update(manifest.known, tests, torch, prune=prune)
+    atomic.write_text(target, render(manifest.name, baseline, written_by))
+    if not manifest.known_failures:
+        text = manifest.path.read_text(encoding="utf-8")
+        atomic.write_text(manifest.path, name_in_manifest(text, target.name, comment))
+    return Recorded(target, baseline, counts)

@@ -4,10 +4,12 @@ It asks the repository what it declares (runner/onboarding/project_metadata.py: 
 `torch.backends` entry point, the build requirements), builds and installs the backend
 exactly as `ootci run` will (its torch, build and install stages, so the next run finds
 the torch layer and a warm compiler cache), asks the installed backend what its device
-can do (runner/verification/device_probe.py), and writes two
+can do at all (runner/verification/device_probe.py), collects PyTorch's device-generic test
+files for the device to propose some (runner/onboarding/upstream_proposal.py), and writes two
 files: `ci/backend.toml`, whose comments say where every value came from, and
 `.github/workflows/ootci.yml`, one job calling ootci's reusable workflow at the commit
-of the ootci that wrote it.
+of the ootci that wrote it. Then it runs the suites once and writes their failures as the
+backend's baseline, `ci/known-failures.toml` (runner/onboarding/first_run.py).
 """
 
 from __future__ import annotations
@@ -26,19 +28,22 @@ from packaging.utils import canonicalize_name
 
 from ootci.runner import __version__
 from ootci.runner.core import atomic
-from ootci.runner.torch_supply import envs, torchspec
-from ootci.runner.onboarding import project_metadata
-from ootci.runner.manifests import manifest as manifest_mod
-from ootci.runner.verification.device_probe import Finding, Probed, probe
 from ootci.runner.core.errors import GitError, ManifestError, OutputError, ProjectError, UsageError
 from ootci.runner.core.git import git
+from ootci.runner.manifests import known_failures
+from ootci.runner.manifests import manifest as manifest_mod
 from ootci.runner.manifests.manifest import ENTRY_POINT, Build, Capability, Manifest, Source
-from ootci.runner.models import COMMIT_SHA, RunRecord, StageResult, Status, TorchInfo
-from ootci.runner.stages.pipeline import run_stage
+from ootci.runner.models import COMMIT_SHA, SUITES, RunRecord, StageResult, Status, TorchInfo
+from ootci.runner.onboarding import first_run, project_metadata, upstream_proposal
+from ootci.runner.records import record_files
 from ootci.runner.stages import RunContext, RunOptions
+from ootci.runner.stages.pipeline import run_stage
+from ootci.runner.torch_supply import envs, torchspec
+from ootci.runner.verification.device_probe import Finding, Probed, probe
 
 MANIFEST = Path("ci") / "backend.toml"
 WORKFLOW = Path(".github") / "workflows" / "ootci.yml"
+BASELINE = Path("ci") / known_failures.DEFAULT_NAME
 PR_WORKFLOW = Path(".github") / "workflows" / "ootci-pytorch-pr.yml"
 OOTCI_REPOSITORY = "ootci/ootci"
 DEFAULT_TORCH = "2.13.0"
@@ -63,6 +68,14 @@ class InitOptions:
     cache: Path | None = None
     pytorch_prs: bool = False
     """also write the caller of ootci's PR workflow (PyTorch pull requests tested on this backend)"""
+    suites: tuple[str, ...] = SUITES
+    """the suites init runs once for the baseline (upstream: with the files it proposes); none: no run"""
+    upstream_tests: Path | None = None
+    """PyTorch's test/ folder to take the upstream candidates from, instead of fetching it at the torch's commit"""
+
+    @property
+    def writes_baseline(self) -> bool:
+        return self.probe and bool(self.suites)
 
 
 # ---------------------------------------------------------------- the ootci a workflow pins
@@ -206,6 +219,10 @@ class Onboarding:
     torch_version: str | None
     not_probed: str | None = None
     """why the capabilities and dtypes were not probed (--no-probe, or the probe failed)"""
+    upstream: upstream_proposal.Proposal | None = None
+    """the upstream files init proposes, or why none"""
+    baseline: bool = False
+    """init runs the suites once and records their failures as known failures"""
 
     @property
     def device_source(self) -> str:
@@ -255,7 +272,7 @@ def smoke_tests_by_capability(directory: Path = SMOKE_DIR) -> dict[str, list[str
                 if (isinstance(mark, ast.Call) and isinstance(mark.func, ast.Attribute)
                         and mark.func.attr == "capability"):
                     for arg in mark.args:
-                        if isinstance(arg, ast.Constant):
+                        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                             found.setdefault(arg.value, []).append(f"{path.name}::{node.name}")
     return found
 
@@ -306,11 +323,16 @@ def manifest_text(o: Onboarding) -> str:
     ]
     if o.findings is not None:
         capabilities, dtypes = o.findings
-        lines.append(f"# probed: one small operation on {o.device!r} for each capability (the smoke suite tests them):")
+        failing = (["# are known failures, recorded by init's first run of the suites (known_failures below),",
+                    "# not a reason to claim less:"] if o.baseline else
+                   ["# fail a run until they are fixed or made known failures (`ootci expect --from RUN`), not a",
+                    "# reason to claim less:"])
+        lines += [f"# probed: one small operation on {o.device!r} for each capability, as the smoke suite tests it.",
+                  "# Every capability that works is claimed; the tests that fail in one", *failing]
         lines += _found_lines(capabilities)
         lines.append(f"capabilities = {_toml([n for n, f in capabilities.items() if f.works])}")
-        lines.append("# probed: a tensor of each dtype copied to the device and back, then the smoke suite's "
-                     "dtype tests in it:")
+        lines += ["# probed: a tensor of each dtype copied to the device and back, and one made on it. Every dtype",
+                  "# the device can hold is claimed; the tests that fail in one", *failing]
         lines += _found_lines(dtypes)
         lines.append(f"dtypes = {_toml([n for n, f in dtypes.items() if f.works])}")
     else:
@@ -334,6 +356,8 @@ def manifest_text(o: Onboarding) -> str:
         fork = o.probed.fork
         lines += [f"# probed: {fork.detail}" + ("" if fork.works else "; a crash starts a new interpreter"),
                   f"crash_isolation = {_toml('fork' if fork.works else 'process')}"]
+    if o.upstream is not None:
+        lines += ["", *upstream_proposal.manifest_lines(o.upstream, o.device)]
     if o.vendor_tests:
         lines += ["", f"# found: {o.vendor_tests}/, run with pytest in the environment under test (integration stage)",
                   "[[suites.vendor]]", f"name = {_toml(o.vendor_tests)}", f"path = {_toml(o.vendor_tests)}"]
@@ -341,7 +365,8 @@ def manifest_text(o: Onboarding) -> str:
 
 
 def validated(text: str) -> Manifest:
-    """The manifest text as runner/manifests/manifest.py loads it (from a scratch file: nothing half-right is written)."""
+    """The manifest text as runner/manifests/manifest.py loads it (from a scratch file: nothing half-right is
+    written)."""
     with tempfile.TemporaryDirectory(prefix="ootci-init-") as tmp:
         path = Path(tmp) / "backend.toml"
         path.write_text(text, encoding="utf-8")
@@ -379,8 +404,9 @@ def _entry_point(declared: project_metadata.Declared, files: list[str]) -> tuple
     return text, module.split(".", 1)[0]
 
 
-def _targets(repo: Path, pytorch_prs: bool = False) -> list[Path]:
-    return [repo / MANIFEST, repo / WORKFLOW, *([repo / PR_WORKFLOW] if pytorch_prs else [])]
+def _targets(repo: Path, pytorch_prs: bool = False, baseline: bool = False) -> list[Path]:
+    return [repo / MANIFEST, repo / WORKFLOW, *([repo / PR_WORKFLOW] if pytorch_prs else []),
+            *([repo / BASELINE] if baseline else [])]
 
 
 def check_options(options: InitOptions) -> tuple[Path, torchspec.TorchSpec]:
@@ -389,7 +415,7 @@ def check_options(options: InitOptions) -> tuple[Path, torchspec.TorchSpec]:
     if not repo.is_dir():
         raise UsageError(f"{repo}: not a directory")
     repo = repo.resolve()
-    for target in _targets(repo, options.pytorch_prs):
+    for target in _targets(repo, options.pytorch_prs, options.writes_baseline):
         if target.is_dir():
             raise UsageError(f"{target.relative_to(repo)} in {repo} is a directory, not a file")
         if target.exists() and not options.force:
@@ -400,6 +426,11 @@ def check_options(options: InitOptions) -> tuple[Path, torchspec.TorchSpec]:
         raise UsageError(f"--device {options.device!r}: expected a torch device type such as npu (a-z, 0-9, _)")
     if not options.probe and options.device is None:
         raise UsageError("--no-probe: give the device with --device NAME (nothing else can tell it)")
+    unknown = [s for s in options.suites if s not in SUITES]
+    if unknown:
+        raise UsageError(f"--suites: unknown suite {unknown[0]!r} (known: {', '.join(SUITES)}, or none)")
+    if options.upstream_tests is not None and not options.upstream_tests.is_dir():
+        raise UsageError(f"--upstream-tests: {options.upstream_tests} is not a directory")
     spec = torchspec.parse(options.torch)
     if spec.kind == "installed":
         raise UsageError("--torch installed: ootci init builds its own environment; give a version, a wheel, "
@@ -414,6 +445,8 @@ class InitResult:
     ref: OotciRef | None
     failure: str | None = None
     log_dir: Path | None = None
+    first_run: first_run.FirstRun | None = None
+    """the suites' one run and the baseline it wrote (None: no run)"""
 
 
 class _Steps:
@@ -424,10 +457,16 @@ class _Steps:
         self.reporter = reporter
 
     def stage(self, name: str) -> StageResult:
+        """A stage of `ootci run`, reported, and kept in init's record."""
         self.reporter.stage_started(self.ctx.manifest.name, name)
         result = run_stage(name, self.ctx)
         self.reporter.stage_finished(self.ctx.manifest.name, result)
+        self.ctx.record.stages.append(result)
         return result
+
+    def begin(self, name: str) -> None:
+        """One of init's own steps starts (its progress shows as a stage's does)."""
+        self.reporter.stage_started(self.ctx.manifest.name, name)
 
     def report(self, name: str, status: Status, summary: str, started: float) -> None:
         result = StageResult(name=name, status=status, summary=summary,
@@ -452,11 +491,15 @@ def run_context(repo: Path, spec: torchspec.TorchSpec, options: InitOptions, rep
     # The torch stage needs a manifest before the repository has said anything: a placeholder.
     placeholder = _draft(repo, "init", options.device or "privateuseone", "unknown", "unknown",
                          "unknown = unknown:unknown", [])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     record = RunRecord(run_id=f"init-{now:%Y%m%dT%H%M%SZ}", backend="init", device=placeholder.device,
                        torch=TorchInfo(spec=spec.raw), started_at=now, ootci_version=__version__)
+    # What an earlier init of this repository left: its run's results are not this one's.
+    shutil.rmtree(work / "junit", ignore_errors=True)
+    for stale in (record_files.RECORD_NAME, record_files.TESTS_NAME):
+        (work / stale).unlink(missing_ok=True)
     options_ = RunOptions(torch=spec.raw, out=work, index_url=options.index_url, torch_repo=options.torch_repo,
-                          jobs=options.jobs, cache=cache)
+                          jobs=options.jobs, cache=cache, suites=options.suites, upstream_tests=options.upstream_tests)
     return RunContext(manifest=placeholder, options=options_, record=record, run_dir=work, cache=cache,
                       reporter=reporter)
 
@@ -489,9 +532,40 @@ def _probe_device(onboarding: Onboarding, options: InitOptions, ctx: RunContext,
     onboarding.probed = probed
     onboarding.device = probed.device or onboarding.device
     claimed = [n for n, f in probed.capabilities.items() if f.works]
-    summary = probed.failure or f"device {probed.device}; capabilities: {', '.join(claimed) or 'none'}"
+    dtypes = [n for n, f in probed.dtypes.items() if f.works]
+    summary = probed.failure or (f"device {probed.device}; capabilities: {', '.join(claimed) or 'none'}; "
+                                 f"dtypes: {', '.join(dtypes) or 'none'}")
     steps.report("probe", Status.failed if probed.failure else Status.passed, summary, started)
     return probed.failure
+
+
+def _propose_upstream(onboarding: Onboarding, options: InitOptions, ctx: RunContext, steps: _Steps,
+                      failure: str | None) -> None:
+    """Which of PyTorch's test files to propose (collected for the device), or why none."""
+    probed = onboarding.probed
+    if "upstream" not in options.suites:
+        onboarding.upstream = upstream_proposal.unavailable("not collected: --suites leaves upstream out")
+        return
+    if not options.probe or failure is not None or probed is None:
+        why = "--no-probe" if not options.probe else "the probe failed"
+        onboarding.upstream = upstream_proposal.unavailable(f"not collected: {why}")
+        return
+    started = time.monotonic()
+    steps.begin(upstream_proposal.STEP)
+    proposal = upstream_proposal.propose(
+        ctx, onboarding.device, dtypes=[n for n, f in probed.dtypes.items() if f.works],
+        capabilities=[n for n, f in probed.capabilities.items() if f.works], import_name=onboarding.import_name)
+    onboarding.upstream = proposal
+    status = Status.skipped if proposal.unavailable else Status.passed
+    steps.report(upstream_proposal.STEP, status, upstream_proposal.summary(proposal, onboarding.device), started)
+
+
+def _first_run(repo: Path, ctx: RunContext, steps: _Steps) -> first_run.FirstRun:
+    """The suites once, on the manifest as written; their failures become its baseline."""
+    manifest = manifest_mod.load(repo / MANIFEST)
+    record, record_path = first_run.run_suites(ctx, manifest, steps.stage)
+    return first_run.FirstRun(manifest, record, record_path, first_run.record_baseline(manifest, record),
+                              first_run.beyond_baseline(record))
 
 
 def init(options: InitOptions, reporter) -> InitResult:
@@ -513,10 +587,13 @@ def init(options: InitOptions, reporter) -> InitResult:
         onboarding.not_probed = "--no-probe"
     if not onboarding.device:
         return InitResult([], onboarding, None, failure=failure, log_dir=logs)
+    _propose_upstream(onboarding, options, ctx, steps, failure)
+    onboarding.baseline = options.writes_baseline and failure is None
     ref = ootci_ref()
     text = manifest_text(onboarding)
     loaded = validated(text)
-    files = [(repo / MANIFEST, text), (repo / WORKFLOW, workflow_text(ref, loaded.ci.runs_on, onboarding.declared.name))]
+    workflow = workflow_text(ref, loaded.ci.runs_on, onboarding.declared.name)
+    files = [(repo / MANIFEST, text), (repo / WORKFLOW, workflow)]
     if options.pytorch_prs:
         files.append((repo / PR_WORKFLOW, pr_workflow_text(ref)))
     for path, content in files:
@@ -524,4 +601,8 @@ def init(options: InitOptions, reporter) -> InitResult:
             atomic.write_text(path, content)
         except OSError as exc:
             raise OutputError(f"{path}: cannot write: {exc.strerror}") from None
-    return InitResult(_targets(repo, options.pytorch_prs), onboarding, ref, failure=failure, log_dir=logs)
+    result = InitResult(_targets(repo, options.pytorch_prs), onboarding, ref, failure=failure, log_dir=logs)
+    if onboarding.baseline:
+        result.first_run = _first_run(repo, ctx, steps)
+        result.written.append(result.first_run.recorded.path)
+    return result

@@ -353,10 +353,13 @@ class SuiteRunner:
             shutil.rmtree(progress_dir, ignore_errors=True)
             progress_dir.mkdir()
             xml = raw_dir / f"attempt-{attempt}-round-{round_no}.xml"
+            # The runner's own paths go as `--option=PATH`: pytest finds its rootdir (and so the test ids)
+            # from the paths on its command line, and would take a separate PATH for one of the tests'
+            # (a vendor suite's ids then depended on where the run writes its results).
             argv = [*procs.python_argv(self.python, "-m", "pytest"), *spec.pytest_args,
                     "-p", PLUGIN, "-p", "no:cacheprovider", "--continue-on-collection-errors", "-q", "-rfE",
-                    *self._backend_args(spec), "--ootci-suite", spec.name, "--ootci-junit", str(xml),
-                    "--ootci-progress", str(progress_dir)]
+                    *self._backend_args(spec), "--ootci-suite", spec.name, f"--ootci-junit={xml}",
+                    f"--ootci-progress={progress_dir}"]
             # A retry of a few tests is faster in one process than in workers that each
             # collect the whole suite first.
             parallel = spec.workers > 1 and (only is None or len(only) >= XDIST_MIN_TESTS)
@@ -368,7 +371,7 @@ class SuiteRunner:
             else:
                 argv += ["-p", "no:xdist"]
             if only_file is not None:
-                argv += ["--ootci-only", str(only_file)]
+                argv += [f"--ootci-only={only_file}"]
             if self.shard:
                 argv += ["--ootci-shard", self.shard]
             skip = set(result.cases) | dead
@@ -377,7 +380,7 @@ class SuiteRunner:
             if skip:
                 exclude_file = raw_dir / f"exclude-{attempt}-{round_no}.txt"
                 exclude_file.write_text("".join(f"{i}\n" for i in sorted(skip)))
-                argv += ["--ootci-exclude", str(exclude_file)]
+                argv += [f"--ootci-exclude={exclude_file}"]
             # `python -m pytest` would put the working directory (a vendor's checkout) first on
             # sys.path; the installed backend must be the one imported.
             limit = self._remaining()

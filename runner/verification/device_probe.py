@@ -4,8 +4,10 @@
 asks: the probe script runner/probes/capabilities.py runs in a fresh interpreter of the
 environment under test (through verify.Runner: a time limit, the probes' result markers,
 a stack dump before a hang is killed), does a plain `import torch` (autoload loads the
-backend), finds the device and tries one small real operation per capability and one
-round trip per dtype. A check that crashes or hangs the interpreter is a "no" naming the
+backend), finds the device and tries one small real operation per capability, and for each
+dtype a round trip and a tensor made on the device. What it finds is what the device supports at
+all; which tests fail in a claimed dtype or capability is for the suites to say (init records
+them as known failures). A check that crashes or hangs the interpreter is a "no" naming the
 signal or the time limit, and the probe goes on in a fresh interpreter without it.
 """
 
@@ -19,8 +21,8 @@ from ootci.runner.manifests.manifest import Capability
 from ootci.runner.models import RootCause
 from ootci.runner.verification.verify import Runner
 
-# Asked of every device; a manifest claims those that survive a round trip. Complex
-# dtypes are left out: the autoload stage's own round trip cannot make them yet.
+# Asked of every device; a manifest claims those that survive a round trip and can be made on
+# the device. Complex dtypes are left out: the autoload stage's own round trip cannot make them yet.
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
 PROBE_TIMEOUT = 120.0
 DETAIL = 100  # characters of a finding that a manifest's comment keeps
@@ -115,6 +117,7 @@ def _read_head(result, found: Probed) -> bool:
     phases = result.phases
     imported = phases.get("import")
     if imported is None or not imported.get("ok"):
+        cause: RootCause | None
         if imported is not None:
             cause = rootcause.from_chain(imported.get("chain") or [{}], what="import torch")
         else:

@@ -1,90 +1,124 @@
-"""A real backend that is partly red, from `ootci init` to a baseline and a planted regression.
+"""A real backend that is partly red, from `ootci init` and its baseline to a planted regression.
 
 The backend is OpenReg's C++ runtime under another name, with the bugs real backends
 have (tests/fixtures/partly-red/README.md): a circular import, `abs` only for floating
 dtypes, FFTs that segfault on 2-d inputs, no `synchronize()`, a vendor test that needs
-a package nobody declared. Every stage runs and every failure keeps its root cause; the
-failures become the baseline; the next run is green; a new failure turns it red alone.
+a package nobody declared. init claims every dtype the device holds (int64 too, where `abs`
+fails), runs the suites once and writes their failures as the baseline; the next run is red
+only for what no baseline holds (the circular import), with every result; once that is fixed it
+is green; a new failure turns it red alone.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from ootci.runner.manifests import manifest
 from ootci.runner.models import Outcome, Status
+from ootci.runner.records import record_files
 from tests.support import partly_red
 from tests.support.cli import ootci
 from tests.support.records import only_record
 
 # A few OpInfos keep the run short: the crashing FFT, the float-only abs, and one to break later.
 ENV = {"OOTCI_OPS": "abs,add,trunc,fft.rfft"}
+# PyTorch's own test files are not this test's subject (tests/onboarding/test_init.py proposes them).
+SUITES = ("--suites", "smoke,integration")
 MEMORY_STATS = "tests/test_memory_stats.py::test_allocation_shows_in_the_process_memory"
 RFFT_CRASHES = tuple(f"test_opinfo.py::test_compare_cpu[fft.rfft-{dtype}]" for dtype in ("float32", "float64", "bool"))
+ABS_INT64 = "test_opinfo.py::test_compare_cpu[abs-int64]"
+NOT_PASSING = (Outcome.failed, Outcome.error, Outcome.crashed, Outcome.timeout)
 
 
 def by_id(record):
     return {t.id: t for t in record.tests}
 
 
+def init_record(stdout: str):
+    found = re.search(r"init's run of the suites: .* \(every result: (\S+)\)$", stdout, re.M)
+    assert found, stdout[-3000:]
+    return record_files.read(Path(found.group(1)))
+
+
 @pytest.mark.slow
-def test_partly_red_backend_from_init_to_a_baseline_and_a_planted_regression(tmp_path):
+def test_partly_red_backend_from_init_and_its_baseline_to_a_planted_regression(tmp_path):
     repo = partly_red.assemble(tmp_path / "partreg")
     out = tmp_path / "runs"
 
-    # ootci init claims only what the smoke suite can pass, and says what it will skip.
-    init = ootci("init", str(repo), "--torch", "2.13.0", env=ENV)
+    # ootci init claims what the device supports at all, and says what the smoke suite will skip.
+    init = ootci("init", str(repo), "--torch", "2.13.0", *SUITES, env=ENV)
     assert init.returncode == 0, init.stdout[-3000:] + init.stderr[-3000:]
     assert ("test_device_api.py::test_synchronize: capability 'synchronize' not claimed "
             "(torch.partreg has no synchronize())") in init.stdout
-    assert "the dtype tests in int64 (test_tensors.py::test_*[int64]): dtype not claimed (smoke test_in_place: " \
-           "RuntimeError: partreg: abs_.default is only implemented for floating" in init.stdout
     path = repo / "ci" / "backend.toml"
     m = manifest.load(path)
-    assert "int64" not in m.dtypes and {"float32", "float64", "bool"} <= set(m.dtypes)
+    # int64 too: the device holds it, and its abs failures are known failures, not a reason to test less.
+    assert {"float32", "float64", "int64", "bool"} <= set(m.dtypes)
     assert "synchronize" not in {c.value for c in m.capabilities}
     assert [v.name for v in m.suites.vendor] == ["tests"]
     # A fork of a process that imported torch uses the device: a crash will cost a fork.
     assert m.suites.crash_isolation == "fork"
-    assert "# probed: a child forked after `import torch` uses the device\ncrash_isolation = \"fork\"" in path.read_text()
+    assert ("# probed: a child forked after `import torch` uses the device\ncrash_isolation = \"fork\""
+            in path.read_text())
 
-    # The first run is red, and every stage ran: a failure hides nothing.
-    first = ootci("run", "ci/backend.toml", "--torch", "2.13.0", "--out", str(out / "first"), cwd=repo, env=ENV)
-    assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
-    record = only_record(out / "first")
-    status = {s.name: s.status for s in record.stages}
-    assert status == {"torch": Status.passed, "build": Status.passed, "install": Status.passed,
-                      "autoload": Status.failed, "smoke": Status.passed, "integration": Status.failed}, status
-    autoload = record.stage("autoload")
-    assert "partially initialized module 'torch_partreg'" in autoload.root_cause.summary
-    assert autoload.root_cause.hint.endswith("torch_partreg/__init__.py:8 imports torch first)")
-    integration = record.stage("integration")
-    assert integration.data["ran_despite"] == [f"autoload: {autoload.root_cause.summary}"]
-    tests = by_id(record)
+    # init ran the suites once, through the stages `ootci run` uses, and every failure kept its root cause.
+    first_look = init_record(init.stdout)
+    tests = by_id(first_look)
     for crash in RFFT_CRASHES:
         assert tests[crash].outcome is Outcome.crashed, tests[crash]
         assert tests[crash].message.startswith("crashed: the test process was killed by SIGSEGV at "
                                                "test_opinfo.py:"), tests[crash].message
         assert tests[crash].attempts <= 2  # a crash is re-run at most once
+    assert "only implemented for floating dtypes, got torch.int64" in tests[ABS_INT64].message
     assert tests["test_opinfo.py::test_compare_cpu[abs-float32]"].outcome is Outcome.passed
     assert tests["test_opinfo.py::test_compare_cpu[trunc-float64]"].outcome is Outcome.passed
     missing = tests[MEMORY_STATS]
     assert missing.suite == "tests" and missing.outcome is Outcome.failed and missing.attempts == 2
-    assert "No module named 'psutil'" in missing.message and "`requirements` of [[suites.vendor]] 'tests'" in missing.message
+    assert "No module named 'psutil'" in missing.message
+    assert "`requirements` of [[suites.vendor]] 'tests'" in missing.message
     assert tests["tests/test_partreg.py::test_tensor_lands_on_partreg"].outcome is Outcome.passed
+    integration = first_look.stage("integration")
+    failing = [t for t in first_look.tests if t.suite == "integration" and t.outcome in NOT_PASSING]
     retries = integration.data["suites"]["integration"]["retries"]
     # Each was re-run once and judged deterministic: the same error twice, or a crash.
-    assert retries["rerun"] == retries["deterministic"] == len(RFFT_CRASHES) and retries["left_out_by_budget"] == 0
+    assert retries["rerun"] == retries["deterministic"] == len(failing) and retries["left_out_by_budget"] == 0
 
-    # The vendor follows the hint, declares psutil, and makes today's failures the baseline.
+    # Its failures are the baseline: every one, and only those.
+    baseline = tomllib.loads((repo / "ci" / "known-failures.toml").read_text())
+    assert {(suite, test_id) for suite, entries in baseline.items() for test_id in entries} == {
+        (t.suite, t.id) for t in first_look.tests if t.outcome in NOT_PASSING}
+    assert set(RFFT_CRASHES) | {ABS_INT64} <= set(baseline["integration"]) and set(baseline["tests"]) == {MEMORY_STATS}
+    assert "test_tensors.py::test_in_place[int64]" in baseline["smoke"]
+    assert re.search(r"^    dtype int64 +\d+  smoke test_in_place, .*\babs\b", init.stdout, re.M), init.stdout[-3000:]
+    known = sum(len(entries) for entries in baseline.values())
+
+    # The first run is red for what no baseline holds, the circular import, and every stage ran: a failure
+    # hides nothing, and every result of init's run is reported again.
+    first = ootci("run", "ci/backend.toml", "--torch", "2.13.0", "--out", str(out / "first"), cwd=repo, env=ENV)
+    assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
+    record = only_record(out / "first")
+    status = {s.name: s.status for s in record.stages}
+    assert status == {"torch": Status.passed, "build": Status.passed, "install": Status.passed,
+                      "autoload": Status.failed, "smoke": Status.passed, "integration": Status.passed}, status
+    autoload = record.stage("autoload")
+    assert "partially initialized module 'torch_partreg'" in autoload.root_cause.summary
+    assert autoload.root_cause.hint.endswith("torch_partreg/__init__.py:8 imports torch first)")
+    assert record.stage("integration").data["ran_despite"] == [f"autoload: {autoload.root_cause.summary}"]
+    tests = by_id(record)
+    assert set(tests) == set(by_id(first_look))
+    for crash in RFFT_CRASHES:
+        assert tests[crash].outcome is Outcome.xfailed, tests[crash]
+        assert "it crashed: crashed: the test process was killed by SIGSEGV at test_opinfo.py:" in tests[crash].message
+    assert tests[ABS_INT64].outcome is Outcome.xfailed
+    assert not [t.id for t in record.tests if t.outcome in NOT_PASSING]
+
+    # The vendor follows the hints: the hook before `import torch`, psutil declared.
     partly_red.fix_circular_import(repo)
     path.write_text(path.read_text().replace('path = "tests"', 'path = "tests"\nrequirements = ["psutil"]'))
-    expect = ootci("expect", "--from", str(out / "first" / record.run_id), cwd=repo)
-    assert expect.returncode == 0, expect.stderr
-    baseline = tomllib.loads((repo / "ci" / "known-failures.toml").read_text())
-    assert set(baseline["integration"]) == set(RFFT_CRASHES) and set(baseline["tests"]) == {MEMORY_STATS}
 
     # Green: only known failures fail; the one psutil fixed is reported fixed.
     second = ootci("run", "ci/backend.toml", "--torch", "2.13.0", "--out", str(out / "second"), cwd=repo, env=ENV)
@@ -92,9 +126,9 @@ def test_partly_red_backend_from_init_to_a_baseline_and_a_planted_regression(tmp
     record = only_record(out / "second")
     assert record.status is Status.passed and record.stage("autoload").status is Status.passed
     tests = by_id(record)
-    assert all(tests[known].outcome is Outcome.xfailed for known in RFFT_CRASHES)
+    assert all(tests[known_id].outcome is Outcome.xfailed for known_id in RFFT_CRASHES)
     assert tests[MEMORY_STATS].outcome is Outcome.fixed
-    assert "3 known failures failed as expected; 1 fixed" in second.stderr, second.stderr[-2000:]
+    assert f"{known - 1} known failures failed as expected; 1 fixed" in second.stderr, second.stderr[-2000:]
 
     # A planted regression: trunc is now wrong in float64. Red, naming that test alone.
     faults = repo / "torch_partreg" / "_faults.py"
@@ -103,6 +137,6 @@ def test_partly_red_backend_from_init_to_a_baseline_and_a_planted_regression(tmp
                   cwd=repo, env=ENV)
     assert third.returncode == 1
     record = only_record(out / "third")
-    new = [t.id for t in record.tests if t.outcome in (Outcome.failed, Outcome.error, Outcome.crashed, Outcome.timeout)]
+    new = [t.id for t in record.tests if t.outcome in NOT_PASSING]
     assert new == ["test_opinfo.py::test_compare_cpu[trunc-float64]"], new
     assert record.stage("integration").root_cause.culprit == new[0]

@@ -1,29 +1,36 @@
-"""`ootci init`: a vendor's repository gets ci/backend.toml and .github/workflows/ootci.yml.
+"""`ootci init`: a vendor's repository gets ci/backend.toml, .github/workflows/ootci.yml and a baseline.
 
 The slow tests run the real command on the repositories of tests/fixtures/init (real
 PrivateUse1 backends under their own device names, built with setuptools from
-pyproject.toml, with a setup.py alone, and with scikit-build-core and CMake), then a
-first `ootci run` of what it wrote, which must be green.
+pyproject.toml, with a setup.py alone, and with scikit-build-core and CMake), then the
+first `ootci run` init says to make, which must be green on the baseline init recorded. One
+of them (acme) has no bfloat16 kernel for amax and amin, and is given a folder of PyTorch-style
+test files to propose upstream files from; another (vela) cannot reach the torch repository.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
-from ootci.runner import cli
-from ootci.runner.verification import device_probe
-from ootci.runner.manifests import manifest
-from ootci.runner.onboarding import onboard, project_metadata
+from ootci.runner import cli, models
 from ootci.runner.core.errors import ProjectError
-
+from ootci.runner.manifests import known_failures, manifest
+from ootci.runner.models import Outcome, Status
+from ootci.runner.onboarding import first_run, onboard, project_metadata, upstream_proposal
+from ootci.runner.records import record_files
+from ootci.runner.verification import device_probe
+from tests.support import fake_upstream
 from tests.support.cli import ootci
 from tests.support.init_fixtures import BACKENDS, SETUPTOOLS_FIXTURES, UNITY_PARTS, materialize, unity_unit
 
@@ -54,7 +61,7 @@ def one_line_error(result: subprocess.CompletedProcess, *, after_progress: bool 
 
 # -- mistakes are one line, before anything is built ------------------------------------------------
 
-@pytest.mark.parametrize("existing", [onboard.MANIFEST, onboard.WORKFLOW])
+@pytest.mark.parametrize("existing", [onboard.MANIFEST, onboard.WORKFLOW, onboard.BASELINE])
 def test_refuses_to_overwrite_without_force(tmp_path, existing):
     repo = materialize("pyproject", tmp_path / "repo")
     (repo / existing).parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +70,7 @@ def test_refuses_to_overwrite_without_force(tmp_path, existing):
     assert result.returncode == 2
     assert f"{existing} already exists" in one_line_error(result) and "--force" in result.stderr
     assert (repo / existing).read_text() == "mine\n"
-    assert [p for p in onboard._targets(repo) if p.exists()] == [repo / existing]
+    assert [p for p in onboard._targets(repo, baseline=True) if p.exists()] == [repo / existing]
 
 
 @pytest.mark.parametrize("args, code, words", [
@@ -72,6 +79,8 @@ def test_refuses_to_overwrite_without_force(tmp_path, existing):
     (["--torch", "installed"], 2, "--torch installed"),
     (["--torch", "nightlyy"], 5, "did you mean nightly"),
     (["--jobs", "0"], 2, "--jobs"),
+    (["--suites", "smoke,intgration"], 2, "--suites: unknown suite 'intgration' (known: smoke, integration, upstream"),
+    (["--upstream-tests", "no/such/folder"], 2, "--upstream-tests: "),
 ])
 def test_bad_options_are_one_line(tmp_path, capsys, args, code, words):
     repo = materialize("pyproject", tmp_path / "repo", git=False)
@@ -228,6 +237,95 @@ def test_a_manifest_without_a_probe_says_what_to_fill_in():
     assert "# NOT PROBED (--no-probe).\n# Fill in what 'acme' supports, from: synchronize, multi_device, streams" in text
 
 
+def proposal(**changes) -> upstream_proposal.Proposal:
+    values = dict(candidates=["test_view_ops.py", "test_binary_ufuncs.py", "nn/test_init.py"],
+                  collected=[upstream_proposal.Collected("nn/test_init.py", other=1, seconds=0.01,
+                                                         error="no test for acme to run (1 in classes ...)"),
+                             upstream_proposal.Collected("test_binary_ufuncs.py", seconds=0.2,
+                                                         error="does not collect: ImportError: cannot import x"),
+                             upstream_proposal.Collected("test_view_ops.py", tests=7, unclaimed=1, seconds=0.42)],
+                  source="files from /p/test at 0123456789ab", absent=["test_ops.py"])
+    values.update(changes)
+    return upstream_proposal.Proposal(**values)
+
+
+def test_the_proposed_upstream_files_are_the_table_each_with_what_it_collected():
+    probed = device_probe.Probed(device="acme", how="test", capabilities={},
+                                 dtypes={"float32": device_probe.Finding(True, "")})
+    text = onboard.manifest_text(onboarding(probed, upstream=proposal()))
+    m = onboard.validated(text)
+    assert m.suites.upstream is not None and m.suites.upstream.files == ["test_view_ops.py"]
+    assert '    "test_view_ops.py",  # 7 tests for acme (1 more in dtypes not claimed), collected in 0.42 s\n' in text
+    assert "#   test_binary_ufuncs.py: not proposed: does not collect: ImportError: cannot import x\n" in text
+    assert "#   not in this torch's test/: test_ops.py\n" in text
+    # Where the files came from, in the comment and in the one line the terminal gets for each file.
+    assert "files from /p/test at 0123456789ab" in text
+    lines = upstream_proposal.terminal_lines(proposal(), "acme")
+    assert lines[0].startswith("upstream: 1 of the 3 candidate files (PyTorch's OpenReg allow-list, pytorch#177565) "
+                               "collect tests for acme (files from /p/test at 0123456789ab)")
+    assert [line.split()[0] for line in lines[1:]] == ["nn/test_init.py", "test_binary_ufuncs.py", "test_view_ops.py"]
+
+
+def uncommented_table(text: str) -> dict:
+    """The commented-out [suites.upstream] of a manifest, as TOML once its lines are uncommented."""
+    lines = text.splitlines()
+    start = lines.index("# [suites.upstream]")
+    end = lines.index("# ]", start)
+    return tomllib.loads("\n".join(line[2:] for line in lines[start:end + 1]))
+
+
+@pytest.mark.parametrize("why", [
+    "cannot fetch PyTorch's test files at v2.13.0 from https://github.com/pytorch/pytorch: it cannot be reached "
+    "(Could not resolve host: github.com)", None])
+def test_without_files_to_propose_the_table_is_written_commented_out_with_the_candidates(why):
+    probed = device_probe.Probed(device="acme", how="test", capabilities={},
+                                 dtypes={"float32": device_probe.Finding(True, "")})
+    nothing = upstream_proposal.unavailable(why) if why else proposal(collected=proposal().collected[:2])
+    text = onboard.manifest_text(onboarding(probed, upstream=nothing))
+    assert onboard.validated(text).suites.upstream is None
+    table = uncommented_table(text)["suites"]["upstream"]
+    assert table["files"] == (list(upstream_proposal.OPENREG_ALLOW_LIST) if why else proposal().candidates)
+    said = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("# "))
+    assert f"not proposed: {why or 'none of the candidates collects a test for acme'}." in said
+    assert "uncomment the table to run them on the device" in said
+    if why:
+        [line] = upstream_proposal.terminal_lines(nothing, "acme")
+        assert line.startswith(f"upstream: not proposed: {why}; [suites.upstream] is written commented out with the "
+                               "33 candidates")
+
+
+def result(test_id: str, suite: str, outcome: Outcome = Outcome.failed, **fields) -> models.TestResult:
+    return models.TestResult(id=test_id, suite=suite, outcome=outcome, **fields)
+
+
+def test_the_known_failures_are_counted_per_claimed_dtype_and_capability_with_their_first_ops(tmp_path):
+    m = onboard.validated(onboard.manifest_text(onboarding(device_probe.Probed(
+        device="acme", how="test", capabilities={"streams": device_probe.Finding(True, ""),
+                                                 "autograd": device_probe.Finding(True, "")},
+        dtypes={n: device_probe.Finding(True, "") for n in ("float32", "bfloat16", "int64")}))))
+    tests = [result("test_tensors.py::test_reductions[bfloat16]", "smoke", dtype="bfloat16"),
+             result("test_opinfo.py::test_compare_cpu[amax-bfloat16]", "integration", op="amax", dtype="bfloat16"),
+             result("test_opinfo.py::test_compare_cpu[amin-bfloat16]", "integration", op="amin", dtype="bfloat16"),
+             result("test_opinfo.py::test_compare_cpu[amin-float32]", "integration", Outcome.passed, op="amin",
+                    dtype="float32"),
+             result("test_runtime.py::test_streams", "smoke", Outcome.crashed),
+             # Crashed before it reported its op and dtype: its id says them.
+             result("test_opinfo.py::test_compare_cpu[fft.rfft-int64]", "integration", Outcome.crashed),
+             result("tests/test_acme.py::test_memory", "tests"),
+             result("test_view_ops.py::TestUpOps::test_msort_acme", "upstream", Outcome.upstream)]
+    baseline, _ = known_failures.update({}, tests, "2.13.0+cpu", prune=False)
+    recorded = known_failures.Recorded(tmp_path / "known-failures.toml", baseline, {})
+    smoke = {"streams": ["test_runtime.py::test_streams"], "autograd": ["test_runtime.py::test_autograd_mlp"]}
+    rows = dict(first_run.known_by_claim(
+        models.RunRecord.model_construct(tests=tests), m, recorded, smoke))
+    assert [t.id for t in rows["dtype bfloat16"]] == [t.id for t in tests[:3]]
+    assert [first_run.label(t, m.dtypes) for t in rows["dtype int64"]] == ["fft.rfft"]
+    assert rows["dtype float32"] == rows["capability autograd"] == []
+    assert [t.id for t in rows["capability streams"]] == ["test_runtime.py::test_streams"]
+    assert [t.id for t in rows["other"]] == ["tests/test_acme.py::test_memory"]  # what fails on CPU too is not known
+    assert first_run.first_few(rows["dtype bfloat16"], limit=2) == "smoke test_reductions, amax, +1 more"
+
+
 def test_the_manifest_passes_check_jsonschema(tmp_path):
     tool = BIN / "check-jsonschema"
     if not tool.is_file():
@@ -294,25 +392,93 @@ def comments_before(text: str, key: str) -> str:
     return lines[at - 1]
 
 
+UNREACHABLE = "http://pytorch.invalid/pytorch.git"
+"""a torch repository no machine reaches (.invalid never resolves): init offline, in CI too"""
+GAPS = {"OOTCI_OPS": "amax,amin"}
+"""acme's ops without a bfloat16 kernel, and no other of op_db: its integration suite stays short"""
+NOT_PER_DEVICE = """\
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+class TestNotPerDevice(TestCase):
+    def test_runs_on_cpu_only(self):
+        pass
+"""
+
+
+def upstream_folder(root: Path) -> Path:
+    """A test/ folder as init's candidates see PyTorch's: PyTorch-style files (tests/support/fake_upstream.py)
+    under three names of the allow-list, and one that is not on it."""
+    test = root / "test"
+    (test / "nn").mkdir(parents=True)
+    (test / "test_view_ops.py").write_text(fake_upstream.ops_file(second=False))
+    (test / "test_binary_ufuncs.py").write_text(fake_upstream.BROKEN)
+    (test / "nn" / "test_init.py").write_text(NOT_PER_DEVICE)
+    (test / fake_upstream.OPS).write_text(fake_upstream.ops_file(second=False))
+    return test
+
+
+def init_arguments(fixture: str, root: Path) -> tuple[list[str], dict[str, str]]:
+    """How each fixture is onboarded: acme with every suite and PyTorch-style files, vela with the smoke
+    suite and a torch repository it cannot reach, nova without a run of the suites (and no baseline)."""
+    if fixture == "pyproject":
+        return ["--upstream-tests", str(upstream_folder(root / "pytorch"))], GAPS
+    if fixture == "scikit-build":
+        return ["--suites", "smoke,upstream", "--torch-repo", UNREACHABLE], {}
+    return ["--suites", "none"], {}
+
+
+@dataclass
+class Onboarded:
+    repo: Path
+    result: subprocess.CompletedProcess
+    env: dict[str, str]
+
+    @property
+    def next_run(self) -> list[str]:
+        """The arguments of the first `ootci run` init says to make."""
+        line = next(text for text in self.result.stdout.splitlines() if text.startswith("  ootci run ci/backend.toml"))
+        return shlex.split(line.split("#", 1)[0])[1:]
+
+    @property
+    def record(self) -> models.RunRecord:
+        """init's own run of the suites, where it says it is."""
+        found = re.search(r"init's run of the suites: .* \(every result: (\S+)\)$", self.result.stdout, re.M)
+        assert found, self.result.stdout
+        return record_files.read(Path(found.group(1)))
+
+
 @pytest.fixture(scope="module")
 def onboarded(tmp_path_factory, torch_layer, openreg_compiled):
-    """onboarded(fixture) -> (repo, result of `ootci init` there), once per fixture."""
-    done: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
+    """onboarded(fixture) -> Onboarded: `ootci init` run there, once per fixture."""
+    done: dict[str, Onboarded] = {}
 
-    def get(fixture: str):
+    def get(fixture: str) -> Onboarded:
         if fixture not in done:
-            repo = materialize(fixture, tmp_path_factory.mktemp(fixture) / "repo")
-            done[fixture] = repo, ootci("init", "--torch", "2.13.0", cwd=repo, timeout=1200)
+            root = tmp_path_factory.mktemp(fixture)
+            repo = materialize(fixture, root / "repo")
+            args, env = init_arguments(fixture, root)
+            done[fixture] = Onboarded(repo, ootci("init", "--torch", "2.13.0", *args, cwd=repo, env=env,
+                                                  timeout=1200), env)
         return done[fixture]
 
     return get
 
 
+# fixture -> the stages of the first run init says to make
+FIRST_RUN_STAGES = {
+    "pyproject": {"smoke": "passed", "integration": "passed", "upstream": "passed"},
+    "setup-py": {"smoke": "passed", "integration": "skipped"},
+    "scikit-build": {"smoke": "passed", "integration": "skipped"},
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fixture", sorted(BACKENDS))
-def test_init_then_a_first_run_is_green(tmp_path, onboarded, fixture):
+def test_init_then_the_first_run_it_names_is_green(tmp_path, onboarded, fixture):
     distribution, package, device = BACKENDS[fixture]
-    repo, result = onboarded(fixture)
+    done = onboarded(fixture)
+    repo, result = done.repo, done.result
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ootci run ci/backend.toml --torch 2.13.0" in result.stdout
 
@@ -324,9 +490,14 @@ def test_init_then_a_first_run_is_green(tmp_path, onboarded, fixture):
     assert comments_before(text, "device") == "# probed: torch._C._get_privateuse1_backend_name()"
     assert [c.value for c in m.capabilities] == PROBED_CAPABILITIES
     assert re.search(r"#   sparse +no +NotImplementedError", text)
-    assert {"float32", "float16", "bfloat16", "int64", "bool"} <= set(m.dtypes)
+    # Every dtype the device can hold, acme's bfloat16 too (its amax and amin fail in it).
+    assert m.dtypes == list(device_probe.DTYPES)
     assert [v.path for v in m.suites.vendor] == ["test" if fixture == "setup-py" else "tests"]
     assert m.build.extra_requirements == (["scikit-build-core>=0.10"] if fixture == "scikit-build" else [])
+    # The baseline init wrote is the manifest's (--suites none: no run, no baseline).
+    baseline = fixture != "setup-py"
+    assert (m.known_failures == "known-failures.toml") == baseline
+    assert (f"wrote {onboard.BASELINE}" in result.stdout) == baseline == (repo / onboard.BASELINE).is_file()
 
     workflow = YAML(typ="safe").load((repo / onboard.WORKFLOW).read_text())
     [job] = workflow["jobs"].values()
@@ -334,20 +505,99 @@ def test_init_then_a_first_run_is_green(tmp_path, onboarded, fixture):
     assert job["with"]["backend"] == "ci/backend.toml"
 
     out = tmp_path / "runs"
-    run = ootci("run", "ci/backend.toml", "--torch", "2.13.0", "--suites", "smoke", "--out", str(out), cwd=repo,
-                timeout=1200)
+    run = ootci(*done.next_run, "--out", str(out), cwd=repo, env=done.env, timeout=1200)
     assert run.returncode == 0, run.stdout + run.stderr
     record = json.loads(next(out.glob("*/record.json")).read_text())
     stages = {s["name"]: s["status"] for s in record["stages"]}
     assert stages == {"torch": "passed", "build": "passed", "install": "passed", "autoload": "passed",
-                      "smoke": "passed", "integration": "skipped"}
+                      **FIRST_RUN_STAGES[fixture]}
     assert record["device"] == device and record["status"] == "passed"
+    known = sum(len(tests) for tests in known_failures.load(repo / onboard.BASELINE).values()) if baseline else 0
+    assert (f"{known} known failures failed as expected" in run.stderr) == bool(known), run.stderr[-2000:]
     if fixture in SETUPTOOLS_FIXTURES:  # OpenReg's units (tests/backends/test_openreg.py): ccache hits
         for part in UNITY_PARTS:
             assert (repo / "build" / "unity" / f"{part}.cpp").read_text() == unity_unit(repo, part)
 
     again = ootci("init", cwd=repo, timeout=120)
     assert again.returncode == 2 and "ci/backend.toml already exists" in again.stderr
+
+
+ACME_OPS = "test_view_ops.py::TestUpOps::"
+
+
+@pytest.mark.slow
+def test_a_dtype_whose_ops_fail_is_claimed_and_its_failures_are_the_baseline(onboarded):
+    done = onboarded("pyproject")
+    assert done.result.returncode == 0, done.result.stdout + done.result.stderr
+    text = (done.repo / onboard.MANIFEST).read_text()
+    assert re.search(r"^#   bfloat16 +yes +round trip, torch\.ones on the device$", text, re.M)
+    assert "bfloat16" in manifest.load(done.repo / onboard.MANIFEST).dtypes
+    baseline = known_failures.load(done.repo / onboard.BASELINE)
+    # bfloat16's failures, in the smoke and integration suites, are known; the backend's own upstream failures
+    # (a wrong result, a segfault) too, and not what fails on CPU too.
+    assert set(baseline["smoke"]) == {"test_tensors.py::test_reductions[bfloat16]"}
+    assert set(baseline["integration"]) == {"test_opinfo.py::test_compare_cpu[amax-bfloat16]",
+                                            "test_opinfo.py::test_compare_cpu[amin-bfloat16]"}
+    assert set(baseline["upstream"]) == {ACME_OPS + "test_device_type_is_cpu_acme",
+                                         ACME_OPS + "test_segfaults_off_cpu_acme"}
+    assert "no bfloat16 kernel" in baseline["integration"]["test_opinfo.py::test_compare_cpu[amax-bfloat16]"].reason
+    # Printed per claim: how many, and the first ops; the claims without any on a line of their own.
+    out = done.result.stdout
+    assert "  known failures: 5 recorded in ci/known-failures.toml, by claim (count, first ops):" in out
+    assert re.search(r"^    dtype bfloat16 +3  smoke test_reductions, amax, amin$", out, re.M), out
+    assert re.search(r"^    other +2  upstream test_device_type_is_cpu_acme, upstream test_segfaults_off_cpu_acme$",
+                     out, re.M), out
+    assert "    none in dtypes float32, float64, float16, int64, int32, int16, int8, uint8, bool\n" in out
+    assert f"    none in capabilities {', '.join(PROBED_CAPABILITIES)}\n" in out
+    assert 'known_failures = "known-failures.toml"' in text.split("\n[", 1)[0]
+    # init's run is a record like any run's: its suites, each failure kept with its retries.
+    record = done.record
+    assert record.backend == "acme-accel" and [s.name for s in record.stages] == [
+        "torch", "build", "install", "smoke", "integration", "upstream"]
+    tests = {t.id: t for t in record.tests}
+    assert tests[ACME_OPS + "test_segfaults_off_cpu_acme"].outcome is Outcome.crashed
+    assert tests[ACME_OPS + "test_numpy_went_away_acme"].outcome is Outcome.upstream
+    assert tests["test_opinfo.py::test_compare_cpu[amax-float32]"].outcome is Outcome.passed
+
+
+@pytest.mark.slow
+def test_init_proposes_the_upstream_files_that_collect_for_the_device(onboarded):
+    done = onboarded("pyproject")
+    text = (done.repo / onboard.MANIFEST).read_text()
+    upstream = manifest.load(done.repo / onboard.MANIFEST).suites.upstream
+    assert upstream is not None and upstream.files == ["test_view_ops.py"]
+    # A comment per file: the tests collected for the device and the time it took; why the others are not proposed.
+    collected = re.search(r'^    "test_view_ops\.py",  # 7 tests for acme \(1 more in dtypes not claimed\), '
+                          r"collected in (\d+\.\d\d) s$", text, re.M)
+    assert collected, text
+    assert re.search(r"^#   test_binary_ufuncs\.py: not proposed: does not collect: ImportError: cannot import name "
+                     r"'ootci_binary_ufuncs_and_refs'", text, re.M)
+    assert "#   nn/test_init.py: not proposed: no test for acme to run (1 in classes not instantiated per device " \
+           "type)\n" in text
+    assert fake_upstream.OPS not in text  # not a candidate: not on the allow-list
+    # The terminal says the same.
+    out = done.result.stdout
+    assert ("  upstream: 1 of the 3 candidate files (PyTorch's OpenReg allow-list, pytorch#177565) collect tests "
+            "for acme") in out
+    assert re.search(r"^    test_view_ops\.py +7 tests for acme \(1 more in dtypes not claimed\), collected in "
+                     rf"{collected.group(1)} s$", out, re.M), out
+    assert "upstream files not proposed" not in done.result.stderr
+
+
+@pytest.mark.slow
+def test_offline_init_says_so_in_one_line_and_writes_the_table_commented_out(onboarded):
+    done = onboarded("scikit-build")
+    assert done.result.returncode == 0, done.result.stdout + done.result.stderr
+    [line] = [text for text in done.result.stdout.splitlines() if text.startswith("  upstream:")]
+    assert line.startswith("  upstream: not proposed: cannot fetch PyTorch's test files at ")
+    assert f"{UNREACHABLE} cannot be reached" in line and "written commented out with the 33 candidates" in line
+    text = (done.repo / onboard.MANIFEST).read_text()
+    assert manifest.load(done.repo / onboard.MANIFEST).suites.upstream is None
+    assert uncommented_table(text)["suites"]["upstream"]["files"] == list(upstream_proposal.OPENREG_ALLOW_LIST)
+    # init's run has no upstream stage, and its baseline is that of the suites it ran: none failed.
+    assert {s.name: s.status for s in done.record.stages[3:]} == {"smoke": Status.passed,
+                                                                  "integration": Status.skipped}
+    assert known_failures.load(done.repo / onboard.BASELINE) == {}
 
 
 @pytest.mark.slow
@@ -404,7 +654,8 @@ builtins.__import__ = _crash_on_streams
 
 @pytest.mark.slow
 def test_a_check_that_crashes_is_a_no_and_the_probe_goes_on(tmp_path, onboarded, monkeypatch):
-    repo, result = onboarded("setup-py")
+    done = onboarded("setup-py")
+    result = done.result
     assert result.returncode == 0, result.stdout + result.stderr
     env_root = re.search(r"(?:installed torch_nova \S+ in|torch_nova \S+ reused environment) (\S+)",
                          result.stderr).group(1)

@@ -1,7 +1,7 @@
 """The bench stage: OpenReg's host instructions counted and its time taken on its device and on CPU,
 each measurement with its statistics and ratios; without a counter the stage is time only and
 says why; a crash names the measurement it happened in; switched off, it leaves no trace in the
-record (tests/onboarding/test_init.py checks a first run's stages are exactly the six)."""
+record (tests/onboarding/test_init.py checks a first run's stages are exactly those of its suites, no bench)."""
 
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.suite_runs import junit, suite_runner
 from ootci.runner.manifests import manifest
-from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, Status
+from ootci.runner.records import record_files
+from ootci.runner.suite_runs import junit, suite_runner
 from tests.support.cli import ootci as run_ootci
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "backends"
@@ -219,11 +219,36 @@ def test_the_suite_time_limit_names_the_test_it_stopped(torch_layer, tmp_path):
 
 
 def test_vendor_suites_keep_the_integration_stage_on():
-    from ootci.runner.stages import pipeline
-    from ootci.runner.stages import RunOptions
+    from ootci.runner.stages import RunOptions, pipeline
 
     m = manifest.load(SYNTHETIC)
     assert not m.suites.integration and m.suites.vendor
     assert pipeline.skip_reason(m, RunOptions(), "integration") is None
     assert pipeline.skip_reason(m, RunOptions(), "smoke") == "switched off in the manifest ([suites])"
     assert pipeline.skip_reason(m, RunOptions(suites=("smoke",)), "integration") == "not selected (--suites)"
+
+
+def test_a_vendor_suite_has_the_ids_pytest_gives_it_wherever_the_run_writes(tmp_path):
+    """pytest finds its rootdir, and so the test ids, from the paths on its command line. The runner's
+    own (the JUnit file, the progress directory) are option values and never count, so a vendor suite's
+    ids are those of `pytest tests` in its repository, whether the run writes under it or (as `ootci init`
+    does, in the cache) somewhere below another project's pytest configuration."""
+    import sys
+
+    from ootci.runner.manifests.manifest import Manifest, Source, VendorSuite
+
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "setup.py").write_text("")
+    (repo / "tests" / "test_ids.py").write_text("def test_one():\n    pass\n")
+    elsewhere = tmp_path / "cache"
+    elsewhere.mkdir()
+    (elsewhere / "pytest.ini").write_text("[pytest]\n")
+    # No torch here: the plugin imports the "backend" alone (a stdlib module), and the tests need nothing else.
+    m = Manifest(name="ids", device="cpu", distribution="ids", import_name="json", entry_point="ids = json:dumps",
+                 source=Source(path="."))
+    runner = suite_runner.SuiteRunner(python=Path(sys.executable), manifest=m, junit_dir=elsewhere / "junit",
+                                      log=tmp_path / "suite.log", deadline=time.monotonic() + 120)
+    run = runner.run(suite_runner.vendor_suite(VendorSuite(name="tests", path="tests"), repo, 0))
+    assert [(r.id, r.outcome) for r in run.results] == [("tests/test_ids.py::test_one", Outcome.passed)], \
+        (tmp_path / "suite.log").read_text()[-2000:]
