@@ -84,8 +84,11 @@ def test_partly_red_backend_from_init_and_its_baseline_to_a_planted_regression(t
     integration = first_look.stage("integration")
     failing = [t for t in first_look.tests if t.suite == "integration" and t.outcome in NOT_PASSING]
     retries = integration.data["suites"]["integration"]["retries"]
-    # Each was re-run once and judged deterministic: the same error twice, or a crash.
-    assert retries["rerun"] == retries["deterministic"] == len(failing) and retries["left_out_by_budget"] == 0
+    # Each re-run was judged deterministic: the same error twice, or a crash. The retries' budget is a
+    # share of the first attempt's time, so how many fit in it depends on the machine's load: the rest
+    # are counted as left out, never lost.
+    assert retries["rerun"] == retries["deterministic"] > 0
+    assert retries["rerun"] + retries["left_out_by_budget"] == len(failing), retries
 
     # Its failures are the baseline: every one, and only those.
     baseline = tomllib.loads((repo / "ci" / "known-failures.toml").read_text())
