@@ -105,7 +105,14 @@ def test_a_machine_wide_pip_cap_on_torch_is_named_as_the_root_cause(tmp_path):
 def test_openreg_is_green_on_every_release(runs, version):
     record = runs(version)
     assert record.status is Status.passed
-    assert all(status is Status.passed for status in stage_status(record).values()), stage_status(record)
+    upstream = record.stage("upstream")
+    others = {name: status for name, status in stage_status(record).items() if name != "upstream"}
+    assert all(status is Status.passed for status in others.values()), others
+    # PyTorch's own test files come from github.com at the torch's commit: without a network the
+    # stage says so and is skipped (tests/suite_runs/test_upstream.py runs them from a local mirror).
+    assert upstream.status is Status.passed or (
+        upstream.status is Status.skipped and upstream.summary.startswith("not run: ")
+        and "cannot be reached" in upstream.summary), upstream.summary
     # The record names the torch that ran, as its own interpreter reported it.
     assert Version(record.torch.version).public == version
     assert re.fullmatch(r"[0-9a-f]{40}", record.torch.git_version)

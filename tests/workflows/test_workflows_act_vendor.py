@@ -219,8 +219,7 @@ def test_bisect_workflow_names_the_first_bad_backend_commit_for_a_vendor(act_set
                          check=True).stdout.strip()
     ootci_copy = as_called_from_elsewhere(REPO, tmp_path / "ootci", sha)
     vendor = act_dir(tmp_path, "torch-acme")
-    (vendor / "ci").mkdir()
-    (vendor / "ci" / "backend.toml").write_text(manifest.read_text())
+    write_openreg_manifest(vendor / "ci" / "backend.toml", manifest.read_text())
     (vendor / ".github" / "workflows").mkdir(parents=True)
     (vendor / ".github" / "workflows" / "bisect.yml").write_text(
         re.sub(r"bisect\.yml@[0-9a-f]{40}", f"bisect.yml@{sha}", (REPO / "examples" / "vendor-bisect.yml").read_text()))
