@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ootci.runner.records import record_files  # noqa: E402
 from ootci.runner.models import Outcome  # noqa: E402
+from ootci.runner.records import record_files  # noqa: E402
 
 OOTCI = Path(sys.executable).with_name("ootci")
 

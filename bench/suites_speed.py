@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ootci.runner.torch_supply import envs  # noqa: E402
 from ootci.runner.core import procs  # noqa: E402
+from ootci.runner.torch_supply import envs  # noqa: E402
 
 TORCH = "torch==2.13.0"
 BACKENDS = {

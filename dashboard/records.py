@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import TypeAdapter, ValidationError
-from typing_extensions import Required, TypedDict
-
-from ootci.runner.records import packed_tests, record_files
-from ootci.runner.models import BisectRecord, Outcome, RunRecord
-from ootci.runner.performance import series
+from typing_extensions import Required, TypedDict  # noqa: UP035 - pydantic takes TypedDict from here before 3.12
 
 from ootci.dashboard import upstream
+from ootci.runner.models import BisectRecord, Outcome, RunRecord
+from ootci.runner.performance import series
+from ootci.runner.records import packed_tests, record_files
 
 RECORD_NAME = record_files.RECORD_NAME
 BISECT_NAME = record_files.BISECT_NAME
@@ -185,9 +184,9 @@ OutcomeName = Literal[tuple(o.value for o in Outcome)]  # type: ignore[valid-typ
 
 
 # runner.models.TestResult as a dict (tests/dashboard/test_dashboard_build.py keeps the two alike).
-# Spelled as a call: under `from __future__ import annotations` the class syntax would
-# leave Required[...] as strings that TypedDict does not see.
-TestRow = TypedDict("TestRow", {
+# Spelled as a call (ruff's UP013 would make it a class): under `from __future__ import annotations`
+# the class syntax would leave Required[...] as strings that TypedDict does not see.
+TestRow = TypedDict("TestRow", {  # noqa: UP013
     "id": Required[str], "suite": Required[str], "outcome": Required[OutcomeName], "duration_s": float,
     "message": str, "log_tail": str, "attempts": int, "op": str | None, "dtype": str | None,
 }, total=False)
@@ -358,7 +357,7 @@ def _iso(moment) -> str:
     return moment.isoformat(timespec="seconds") + "Z"
 
 
-_UTC = dt.timezone.utc
+_UTC = dt.UTC
 
 # Testsets this worker process already sent to the index; reset per build (pool initializer).
 _worker_seen: set[str] = set()

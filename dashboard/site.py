@@ -22,13 +22,22 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ootci.runner.history import history_store
+from ootci.dashboard import analysis, performance, records, render, upstream
+from ootci.dashboard.records import (
+    BadRecord,
+    Digest,
+    FoundFile,
+    discover,
+    load,
+    load_tests,
+    reset_worker,
+    summarize,
+    summarize_file,
+)
+from ootci.dashboard.store import Index, Run, safe_name
 from ootci.runner import models
 from ootci.runner.core import procs
-
-from ootci.dashboard import analysis, performance, records, render, upstream
-from ootci.dashboard.records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
-from ootci.dashboard.store import Index, Run, safe_name
+from ootci.runner.history import history_store
 
 STAMP = ".ootci-build.json"
 # Two weeks of nights: 100 backends' pages stay well under GitHub Pages' 1 GB (docs/dashboard.md).
@@ -601,10 +610,10 @@ def artifacts_link(record: models.RunRecord, now: dt.datetime | None = None) -> 
     """Where the logs the history does not keep are: the CI run's artifacts, until they expire."""
     if not record.ci_run_url:
         return None
-    started = record.started_at if record.started_at.tzinfo else record.started_at.replace(tzinfo=dt.timezone.utc)
+    started = record.started_at if record.started_at.tzinfo else record.started_at.replace(tzinfo=dt.UTC)
     until = started + dt.timedelta(days=history_store.ARTIFACT_RETENTION_DAYS)
     return {"url": record.ci_run_url, "until": f"{until:%Y-%m-%d}",
-            "expired": (now or dt.datetime.now(dt.timezone.utc)) >= until}
+            "expired": (now or dt.datetime.now(dt.UTC)) >= until}
 
 
 def write_run_page_in_worker(*args) -> tuple[str | None, list[str], Digest | None]:

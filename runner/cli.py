@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ootci.runner import __version__
-from ootci.runner.manifests import registry
 from ootci.runner.core.errors import OotciError
+from ootci.runner.manifests import registry
 
 # Each command, and the module of `runner.commands` that registers it (`register(subparsers)`
 # adds its parser and sets `func`), in the order `ootci --help` lists them. A call imports only

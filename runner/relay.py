@@ -36,12 +36,12 @@ from urllib.parse import urlsplit
 
 import requests
 
-from ootci.runner.performance import baseline as perf_baseline
-from ootci.runner.records import record_files
 from ootci.runner.core.errors import RelayError, UsageError
 from ootci.runner.core.http import GaveUp, Retry, Tried, excerpt, send
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import COMMIT_SHA, DELIVERY_ID, Outcome, RunRecord
+from ootci.runner.performance import baseline as perf_baseline
+from ootci.runner.records import record_files
 
 AUDIENCE = "pytorch-cross-repo-ci-relay"
 """The audience the relay verifies OIDC tokens for (utils/jwt_helper.py, AUDIENCE)."""
@@ -290,7 +290,7 @@ class Workflow:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, name: str | None = None,
-                 job_name: str | None = None, check_run_id: str | None = None) -> "Workflow":
+                 job_name: str | None = None, check_run_id: str | None = None) -> Workflow:
         """GitHub's variables; check_run_id defaults to `<run_id>-<run_attempt>`, as the relay's own
         reporter does, which every job of one attempt shares."""
         env = os.environ if env is None else env
@@ -344,7 +344,7 @@ def not_the_prs_torch(workflow: Workflow, spec: str) -> Workflow:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def callback_body(envelope: dict[str, Any], status: str, conclusion: str | None, workflow: Workflow, *,

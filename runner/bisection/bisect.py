@@ -22,20 +22,29 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ootci.runner.core import atomic
 from ootci.runner.bisection import bisect_candidates, bisect_search, slowdown
-from ootci.runner.records import record_files
-from ootci.runner.stages import sources
-from ootci.runner.torch_supply import torch_index, torchspec
-from ootci.runner.torch_supply.envs import cache_root, digest
+from ootci.runner.core import atomic
 from ootci.runner.core.errors import BisectError, GitError, TorchSpecError, UsageError
 from ootci.runner.core.git import git
 from ootci.runner.manifests.manifest import Manifest
-from ootci.runner.models import (SUITES, BisectCandidate, BisectRecord, BisectResult, BisectRound, BisectStep, Predicate,
-                     RunRecord, Status, Verdict)
+from ootci.runner.models import (
+    SUITES,
+    BisectCandidate,
+    BisectRecord,
+    BisectResult,
+    BisectRound,
+    BisectStep,
+    Predicate,
+    RunRecord,
+    Status,
+    Verdict,
+)
+from ootci.runner.records import record_files
+from ootci.runner.stages import STAGES, RunOptions, sources
 from ootci.runner.stages.pipeline import run_backend
 from ootci.runner.stages.report import Reporter
-from ootci.runner.stages import STAGES, RunOptions
+from ootci.runner.torch_supply import torch_index, torchspec
+from ootci.runner.torch_supply.envs import cache_root, digest
 from ootci.runner.torch_supply.torch_source import torch_repo
 
 BISECT_NAME = record_files.BISECT_NAME
@@ -88,7 +97,7 @@ class End:
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 # -- the ends -----------------------------------------------------------------------

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from ootci.runner.bisection import bisect, bisect_search, slowdown
 from ootci.runner.commands import torch_options
-from ootci.runner.manifests import registry
 from ootci.runner.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, OotciError, OutputError, UsageError
+from ootci.runner.manifests import registry
 from ootci.runner.models import SUITES, RunRecord, Status
-from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers
 from ootci.runner.records.record_files import find_runs
+from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers
 from ootci.runner.verification.verify import import_cost_runs
 
 

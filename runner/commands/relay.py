@@ -14,13 +14,13 @@ import re
 import sys
 from pathlib import Path
 
-from ootci.runner.manifests import registry
 from ootci.runner import relay
+from ootci.runner.commands.registry import matrix_entries
 from ootci.runner.core.errors import OotciError, RelayError, UsageError
 from ootci.runner.core.http import Retry
+from ootci.runner.manifests import registry
 from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
 from ootci.runner.stages.report import append_to_github_file, escape_workflow_command
-from ootci.runner.commands.registry import matrix_entries
 
 
 def register(sub: argparse._SubParsersAction) -> None:

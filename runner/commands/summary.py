@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ootci.runner.bisection import summary as bisection_summary
 from ootci.runner.models import RunRecord, Status, worst_of
 from ootci.runner.records.record_files import find_runs
-from ootci.runner.bisection import summary as bisection_summary
 from ootci.runner.stages.report import ICONS, append_to_github_file, artifact_name
 
 NO_RUNS = Status.missing.value

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 from ootci.runner.commands import torch_options
+from ootci.runner.core.errors import UsageError
 from ootci.runner.torch_supply import envs, torch_acquire, torch_index, torch_source, torchspec
 from ootci.runner.torch_supply.envs import cache_root
-from ootci.runner.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

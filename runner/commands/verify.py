@@ -6,10 +6,17 @@ import argparse
 import json
 from pathlib import Path
 
-from ootci.runner.manifests import registry
 from ootci.runner.core.errors import EXIT_FAILED, UsageError
+from ootci.runner.manifests import registry
 from ootci.runner.models import Status
-from ootci.runner.verification.verify import DEFAULT_RUNS, DEFAULT_TIMEOUT, RUNS_VARIABLE, Verification, import_cost_runs, verify
+from ootci.runner.verification.verify import (
+    DEFAULT_RUNS,
+    DEFAULT_TIMEOUT,
+    RUNS_VARIABLE,
+    Verification,
+    import_cost_runs,
+    verify,
+)
 
 _MARKS = {Status.passed: "ok", Status.failed: "FAIL", Status.crashed: "CRASH", Status.timeout: "HANG",
           Status.skipped: "skip", Status.blocked: "-"}

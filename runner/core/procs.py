@@ -17,10 +17,10 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 TAIL_BYTES = 64 * 1024
 CHUNK_BYTES = 64 * 1024

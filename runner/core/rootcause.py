@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ootci.runner.models import RootCause
 from ootci.runner.core.procs import ProcResult
+from ootci.runner.models import RootCause
 
 if TYPE_CHECKING:
     from ootci.runner.torch_supply.wheel_metadata import BuildTorch
@@ -73,7 +73,7 @@ def hint_for(text: str) -> str | None:
     return None
 
 
-def undefined_symbol_hint(build: "BuildTorch | None", version: str | None, git_version: str | None) -> str:
+def undefined_symbol_hint(build: BuildTorch | None, version: str | None, git_version: str | None) -> str:
     """The hint for an undefined symbol, given the torch the extension was built against
     (None: not recorded) and the torch under test. Says 'built against a different
     torch' only when that is known to be true."""

@@ -11,10 +11,9 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ootci.runner.history import history_store
 from ootci.runner.core.errors import GitError, OutputError, PublishError, UsageError
 from ootci.runner.core.git import git
-
+from ootci.runner.history import history_store
 
 PUSH_ATTEMPTS = 4
 RUNS_DIR = "runs"

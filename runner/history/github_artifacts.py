@@ -87,7 +87,7 @@ def _parse_time(value: Any, where: str) -> dt.datetime:
         moment = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         raise GitHubError(f"{where}: expected a time, got {str(value)[:40]!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 def _field(item: Any, key: str, kind: type, where: str) -> Any:
@@ -126,7 +126,7 @@ class GitHub:
         """The runs of `workflow` created at or after `created_since`, newest first, in any status."""
         if not WORKFLOW.fullmatch(workflow):
             raise UsageError(f"--workflow: expected a workflow file name (nightly.yml) or id, got {workflow!r}")
-        since = created_since.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        since = created_since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         url = f"{self.api_url}/repos/{self.repository}/actions/workflows/{quote(workflow)}/runs"
         params = {"created": f">={since}", "per_page": PAGE_SIZE, "exclude_pull_requests": "true"}
         runs: dict[int, WorkflowRun] = {}
@@ -209,7 +209,7 @@ class GitHub:
         hint = _HINTS.get(status, "GitHub refused the request")
         if status == 403 and response.headers.get("X-RateLimit-Remaining") == "0":
             reset = response.headers.get("X-RateLimit-Reset", "")
-            until = (dt.datetime.fromtimestamp(int(reset), dt.timezone.utc).strftime("%H:%M:%SZ")
+            until = (dt.datetime.fromtimestamp(int(reset), dt.UTC).strftime("%H:%M:%SZ")
                      if reset.isdigit() else "later")
             hint = f"the API rate limit is spent until {until}"
         raise GitHubError(f"{what}: HTTP {status}: {hint}: {excerpt(response, self.token) or '(no body)'}")

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ootci.runner.core import atomic
-from ootci.runner.records import packed_tests, record_files
 from ootci.runner.models import RunRecord
+from ootci.runner.records import packed_tests, record_files
 
 RESULTS_RETENTION_DAYS = 400
 """days a run's test list stays in the history (`ootci history prune`): a year and a release cycle"""
@@ -207,7 +207,7 @@ def prune(runs: Path, *, keep_results_days: int, now: dt.datetime) -> Pruned:
 
 
 def _aware(moment: dt.datetime) -> dt.datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
 def _size(directory: Path) -> int:

@@ -30,10 +30,9 @@ import pyproject_hooks
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ootci.runner.torch_supply import envs
-from ootci.runner.core import procs
-from ootci.runner.core import rootcause
+from ootci.runner.core import procs, rootcause
 from ootci.runner.core.errors import ProjectError
+from ootci.runner.torch_supply import envs
 
 GROUP = "torch.backends"
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")

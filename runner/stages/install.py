@@ -15,11 +15,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from ootci.runner.torch_supply import envs, torch_pin, wheel_metadata
 from ootci.runner.core import procs
 from ootci.runner.core.errors import OotciError
-from ootci.runner.models import RootCause, Status, StageResult
+from ootci.runner.models import RootCause, StageResult, Status
 from ootci.runner.stages.base import RunContext, config_failure, proc_failure
+from ootci.runner.torch_supply import envs, torch_pin, wheel_metadata
 
 NAME = "install"
 

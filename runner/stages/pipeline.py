@@ -19,20 +19,20 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from ootci.runner import __version__
 from ootci.runner.core import procs
-from ootci.runner.records import record_files
-from ootci.runner.manifests import registry
-from ootci.runner.torch_supply.envs import cache_root
 from ootci.runner.core.errors import OotciError
+from ootci.runner.manifests import registry
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo, overall_status
-from ootci.runner.stages import STAGES, SUITE_STAGES, RunContext, RunOptions
+from ootci.runner.records import record_files
 from ootci.runner.records.run_identity import ci_run_url, new_run_id
+from ootci.runner.stages import STAGES, SUITE_STAGES, RunContext, RunOptions
+from ootci.runner.torch_supply.envs import cache_root
 
 
 class Interrupted(BaseException):
@@ -57,7 +57,7 @@ def interrupt_handlers() -> Iterator[None]:
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def wanted(stage: str, manifest: Manifest, options: RunOptions) -> bool:

@@ -26,11 +26,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ootci.runner.core import atomic
-from ootci.runner.suite_runs import junit
-from ootci.runner.records import record_files
 from ootci.runner.core.errors import UsageError
-from ootci.runner.models import (SEVERITY, SHARD_GROUP, SUITES, RootCause, RunRecord, StageResult, Status, TestResult,
-                      overall_status, worst_of)
+from ootci.runner.models import (
+    SEVERITY,
+    SHARD_GROUP,
+    SUITES,
+    RootCause,
+    RunRecord,
+    StageResult,
+    Status,
+    TestResult,
+    overall_status,
+    worst_of,
+)
+from ootci.runner.records import record_files
+from ootci.runner.suite_runs import junit
 from ootci.runner.suite_runs.suite_runner import first_failing_test
 
 
@@ -50,7 +60,7 @@ def default_group(env: dict[str, str] | None = None, today: dt.date | None = Non
     run_id = env.get("GITHUB_RUN_ID", "")
     if re.fullmatch(r"[0-9]{1,40}", run_id):
         return f"gh-{run_id}"
-    today = today or dt.datetime.now(dt.timezone.utc).date()
+    today = today or dt.datetime.now(dt.UTC).date()
     return f"local-{today:%Y%m%d}"
 
 

@@ -43,8 +43,14 @@ from ootci.runner.manifests.manifest import Manifest, UpstreamSuite
 from ootci.runner.models import Outcome, RootCause, Status, TestResult
 from ootci.runner.records.upstream_files import SUITE, file_of
 from ootci.runner.suite_runs import classify, junit
-from ootci.runner.suite_runs.suite_runner import (NOT_REACHED, SUITES_DIR, SuiteRun, SuiteRunner, SuiteSpec,
-                                                  first_failing_test)
+from ootci.runner.suite_runs.suite_runner import (
+    NOT_REACHED,
+    SUITES_DIR,
+    SuiteRun,
+    SuiteRunner,
+    SuiteSpec,
+    first_failing_test,
+)
 
 CPU_TWIN = "@cpu"
 """how the CPU's opinion names a test's CPU copy; kept in step with runner/suites/device_type_ids.py,

@@ -128,7 +128,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 def shard_of(suite: str, nodeid: str, shards: int) -> int:
     """The shard (1..shards) a test belongs to: the same in every process and on every machine
     (never Python's salted hash()), so that N shards partition a suite."""
-    digest = hashlib.blake2b(f"{suite}::{nodeid}".encode("utf-8"), digest_size=8).digest()
+    digest = hashlib.blake2b(f"{suite}::{nodeid}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % shards + 1
 
 

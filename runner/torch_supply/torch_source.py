@@ -30,11 +30,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ootci.runner.core import git, procs
-from ootci.runner.core import rootcause
-from ootci.runner.torch_supply.envs import cache_root, digest
+from ootci.runner.core import git, procs, rootcause
 from ootci.runner.core.errors import GitError, PackageIndexError, TorchBuildError, TorchSpecError
 from ootci.runner.core.procs import ProcResult
+from ootci.runner.torch_supply.envs import cache_root, digest
 from ootci.runner.torch_supply.torchspec import TorchSpec
 
 DEFAULT_REPO = "https://github.com/pytorch/pytorch"

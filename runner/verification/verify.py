@@ -23,20 +23,19 @@ import secrets
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, Field
 
-from ootci.runner.torch_supply import envs
-from ootci.runner.core import procs
-from ootci.runner.core import rootcause
+from ootci.runner.core import procs, rootcause
 from ootci.runner.core.errors import TargetEnvironmentError, UsageError
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import CheckResult, RootCause, Status
+from ootci.runner.torch_supply import envs
 from ootci.runner.torch_supply.wheel_metadata import BuildTorch, WheelMetadata
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"

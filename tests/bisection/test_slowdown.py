@@ -15,7 +15,7 @@ from ootci.runner.models import BisectCandidate, BisectRecord, BisectRound, RunR
 from ootci.runner.models import Verdict as V
 from tests.support.cli import ootci
 
-STARTED = dt.datetime(2026, 11, 20, 3, 17, tzinfo=dt.timezone.utc)
+STARTED = dt.datetime(2026, 11, 20, 3, 17, tzinfo=dt.UTC)
 GOOD_ROUNDS = [3.0, 3.05, 2.95, 3.02, 2.98]
 BAD_ROUNDS = [3.9, 3.95, 3.85, 4.0, 3.92]
 

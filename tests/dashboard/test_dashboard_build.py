@@ -16,8 +16,8 @@ import pytest
 
 from ootci.dashboard import render, site, synthetic
 from ootci.dashboard.store import safe_name
-from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, RunRecord
+from ootci.runner.records import record_files
 
 SCENARIOS = {s.name: s for s in synthetic.default_scenarios()}
 
@@ -646,8 +646,8 @@ def test_a_missing_night_neither_starts_nor_ends_a_red_stretch(tmp_path):
     """tenstorrent: green until night 9, red from night 10; night 12 left no record. The culprit
     range, the new failures and the nightly a PR run compares with come from the runs that have
     results; the latest run shown is the missing one."""
-    from ootci.runner.manifests import registry
     from ootci.runner.history import missing_runs
+    from ootci.runner.manifests import registry
 
     data, out = tmp_path / "runs", tmp_path / "site"
     write_nights(data, "tenstorrent", range(8, 12))

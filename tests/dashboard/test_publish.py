@@ -17,7 +17,7 @@ from tests.support.cli import ootci
 from tests.support.fake_github import run_artifact
 from tests.support.other_publishers import push_after_the_next_push
 
-NOW = dt.datetime(2026, 11, 26, 3, 17, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 26, 3, 17, tzinfo=dt.UTC)
 
 
 def run_id(backend: str, suffix: str) -> str:

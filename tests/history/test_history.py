@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.records import record_files
 from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
+from ootci.runner.records import record_files
 from tests.support.cli import ootci
 
-STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
+STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.UTC)
 
 
 def write_run(out: Path, run_id: str, status: Status = Status.passed, backend: str = "openreg",

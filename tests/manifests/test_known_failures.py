@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.suite_runs import classify
-from ootci.runner.manifests import known_failures, manifest
-from ootci.runner.records import record_files
 from ootci.runner.core.errors import ManifestError
+from ootci.runner.manifests import known_failures, manifest
 from ootci.runner.models import Outcome, RunRecord, TorchInfo
 from ootci.runner.models import TestResult as Result
+from ootci.runner.records import record_files
+from ootci.runner.suite_runs import classify
 from tests.support.cli import ootci
 
 MANIFEST = """\
@@ -36,7 +36,7 @@ def result(test_id: str, outcome: Outcome, suite: str = "integration", message: 
 
 
 def write_run(directory: Path, command: str, tests: list[Result]) -> Path:
-    record = RunRecord(run_id="partly-1", backend="partly", device="partly", started_at=dt.datetime.now(dt.timezone.utc),
+    record = RunRecord(run_id="partly-1", backend="partly", device="partly", started_at=dt.datetime.now(dt.UTC),
                        torch=TorchInfo(spec="2.13.0", version="2.13.0+cpu"), command=command, tests=tests)
     record_files.write(directory, record)
     return directory

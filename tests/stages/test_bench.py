@@ -56,8 +56,8 @@ def test_the_reproduce_command_names_bench_only_when_suites_did():
 
 def test_bench_only_names_the_measurements_the_probe_times(tmp_path):
     """--bench-only reaches the probe as --only; without the bench stage it is refused in one line."""
-    from ootci.runner.commands.run import options_from
     from ootci.runner.cli import build_parser
+    from ootci.runner.commands.run import options_from
 
     def options(*args: str) -> RunOptions:
         return options_from(build_parser().parse_args(["run", "openreg", "--torch", "2.13.0", "--out", str(tmp_path),

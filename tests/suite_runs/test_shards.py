@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.manifests import manifest
-from ootci.runner.records import record_files
-from ootci.runner.suite_runs import junit, shards
 from ootci.runner.history.merging import merge as history_merge
+from ootci.runner.manifests import manifest
 from ootci.runner.models import Outcome, RootCause, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
+from ootci.runner.records import record_files
 from ootci.runner.stages.base import RunContext, RunOptions
+from ootci.runner.suite_runs import junit, shards
 from ootci.runner.suite_runs.suite_runner import SUITES_DIR, run_stage
 from tests.support.cli import ootci
 from tests.support.records import records_under
 from tests.support.shared_runs import OPENREG_ON_2_13, openreg_on_2_13
 
-STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
+STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.UTC)
 
 
 def load_plugin():
@@ -173,7 +173,7 @@ def tiny_backend(tmp_path: Path) -> manifest.Manifest:
 def tiny_stage(m: manifest.Manifest, out: Path, shard: str | None) -> RunRecord:
     """The integration stage of the tiny backend in this (orchestrator) interpreter, as a record."""
     record = RunRecord(run_id=out.name, backend="tiny", device="cpu", torch=TorchInfo(spec="installed"),
-                       started_at=dt.datetime.now(dt.timezone.utc), shard=shard,
+                       started_at=dt.datetime.now(dt.UTC), shard=shard,
                        shard_group="g1" if shard else None)
     options = RunOptions(python=Path(sys.executable), suites=("integration",), shard=shard, out=out.parent)
     ctx = RunContext(manifest=m, options=options, record=record, run_dir=out, cache=out, reporter=object(),
@@ -184,7 +184,7 @@ def tiny_stage(m: manifest.Manifest, out: Path, shard: str | None) -> RunRecord:
     stage.log = "logs/integration.log"
     record.stages = [StageResult(name="autoload", status=Status.passed, summary="ok"), stage]
     record.status = stage.status
-    record.finished_at = dt.datetime.now(dt.timezone.utc)
+    record.finished_at = dt.datetime.now(dt.UTC)
     record_files.write(out, record)
     return record
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, Status
+from ootci.runner.records import record_files
 from tests.support.cli import ootci
 
 REPO = Path(__file__).resolve().parents[2]

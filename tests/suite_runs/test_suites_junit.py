@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.suite_runs import junit
 from ootci.runner import models
 from ootci.runner.models import Outcome
+from ootci.runner.suite_runs import junit
 from ootci.runner.suite_runs.suite_runner import SUITES_DIR
 
 SYNTHETIC = Path(__file__).parents[1] / "fixtures" / "backends" / "synthetic" / "suite"

@@ -17,11 +17,24 @@ from pathlib import Path
 import pytest
 from packaging.tags import sys_tags
 
-from ootci.runner.torch_supply import torch_acquire, torch_index, torchspec
 from ootci.runner.core.errors import PackageIndexError
+from ootci.runner.torch_supply import torch_acquire, torch_index, torchspec
+from tests.support import nightly_index
 from tests.support.nightly_index import (
-    DECOYS, NEWEST_OURS, OLDER_OURS, OUR, PY, cache, html_page, payload, serve_wheels, sha256, wheel_name
+    DECOYS,
+    NEWEST_OURS,
+    OLDER_OURS,
+    OUR,
+    PY,
+    html_page,
+    payload,
+    serve_wheels,
+    sha256,
+    wheel_name,
 )
+
+# The fixture from tests/support/nightly_index.py, which the tests below take by name.
+cache = nightly_index.cache
 
 REPO = Path(__file__).resolve().parents[2]
 OOTCI = REPO / ".venv" / "bin" / "ootci"

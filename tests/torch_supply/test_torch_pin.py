@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.torch_supply import envs, torch_pin
 from ootci.runner.models import RunRecord, Status
+from ootci.runner.torch_supply import envs, torch_pin
 from tests.support.cli import ootci
 from tests.support.records import only_record
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from ootci.runner.manifests import manifest as manifest_mod
-from ootci.runner.records import record_files
 from ootci.runner.models import Status
+from ootci.runner.records import record_files
 from ootci.runner.verification.verify import verify
-from tests.support.fixture_backends import manifest_path
 from tests.support.cli import ootci
+from tests.support.fixture_backends import manifest_path
 
 pytestmark = pytest.mark.slow
 
@@ -272,7 +272,7 @@ def test_autoload_stage_records_the_verification(backend_env, tmp_path):
     manifest = manifest_mod.load(manifest_path("raises"))
     env = backend_env("raises")
     record = RunRecord(run_id="r1", backend=manifest.name, device=manifest.device, torch=TorchInfo(spec="2.13.0"),
-                       started_at=dt.datetime.now(dt.timezone.utc))
+                       started_at=dt.datetime.now(dt.UTC))
     ctx = RunContext(manifest=manifest, options=RunOptions(), record=record, run_dir=tmp_path, cache=tmp_path,
                      reporter=None, stage_name=autoload.NAME, env=env)
     stage = autoload.run(ctx)

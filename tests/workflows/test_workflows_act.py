@@ -15,17 +15,32 @@ import json
 from pathlib import Path
 
 from ootci.runner.models import Status
-from tests.support import act_stand_ins, real_wheels
+from tests.support import act_cases, act_stand_ins, real_wheels
 from tests.support.act_cases import (
-    act_marks, BACKEND, TORCH, REPO, needs_openreg, needs_dashboard, act_setup, act_dir, records_under,
-    assert_every_remote_action_had_a_stand_in, cache_entries, cache_requests, data_branch_checkout, data_branch_files,
-    merge_artifact, plant_artifact
+    BACKEND,
+    REPO,
+    TORCH,
+    act_dir,
+    act_marks,
+    assert_every_remote_action_had_a_stand_in,
+    cache_entries,
+    cache_requests,
+    data_branch_checkout,
+    data_branch_files,
+    merge_artifact,
+    needs_dashboard,
+    needs_openreg,
+    plant_artifact,
+    records_under,
 )
 from tests.support.act_harness import data_remote, run_act
 from tests.support.cli import ootci
+from tests.support.fake_github import run_artifact
 from tests.support.other_publishers import push_after_the_next_push
 from tests.support.shared_runs import openreg_on_2_13
-from tests.support.fake_github import run_artifact
+
+# The fixture from tests/support/act_cases.py, which the tests below take by name.
+act_setup = act_cases.act_setup
 
 pytestmark = act_marks
 
@@ -160,7 +175,7 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
             path.unlink()
         return bool(found)
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     forged = f"forged-{now:%Y%m%dT%H%M%SZ}-eeeeee"
     plant_artifact(ootci_act_dir, "ootci-run-forged-1", run_artifact(forged, "forged", now, trigger="nightly"))
     registry = tmp_path / "registry"
@@ -213,7 +228,7 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     page = (site / "backends" / "ghost.html").read_text()
     assert '<span class="pill s-missing">missing</span>' in page and ghost.missing_reason in page
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     other = f"latecomer-{now:%Y%m%dT%H%M%SZ}-cccccc"
     seed = tmp_path / "seed"
     assert ootci("history", "pull", str(seed / "history"), "--remote", str(data)).returncode == 0

@@ -15,16 +15,30 @@ from pathlib import Path
 import pytest
 
 from ootci.runner.models import Status
-from tests.support import real_wheels
+from tests.support import act_cases, real_wheels
 from tests.support.act_cases import (
-    act_marks, ACT_OPS, BACKEND, TORCH, REPO, needs_openreg, act_setup, act_dir, records_under,
-    assert_every_remote_action_had_a_stand_in, cache_entries, cache_requests, data_branch_exists, data_branch_files,
-    merge_artifact
+    ACT_OPS,
+    BACKEND,
+    REPO,
+    TORCH,
+    act_dir,
+    act_marks,
+    assert_every_remote_action_had_a_stand_in,
+    cache_entries,
+    cache_requests,
+    data_branch_exists,
+    data_branch_files,
+    merge_artifact,
+    needs_openreg,
+    records_under,
 )
 from tests.support.act_harness import as_act_reads, as_called_from_elsewhere, data_remote, run_act
 from tests.support.cli import ootci
-from tests.support.fixture_backends import write_openreg_manifest
 from tests.support.fake_github import REPOSITORY, TOKEN, FakeGitHub, run_artifact
+from tests.support.fixture_backends import write_openreg_manifest
+
+# The fixture from tests/support/act_cases.py, which the tests below take by name.
+act_setup = act_cases.act_setup
 
 pytestmark = act_marks
 
@@ -274,7 +288,7 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
     artifact the history marks as collected already is not downloaded again."""
     workdir, root, env = act_setup
     ootci_act_dir = act_dir(root, "collect")
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     github = FakeGitHub(httpserver)
     github.add_run(501, now - dt.timedelta(hours=1), status="in_progress")
     tonight = f"{BACKEND}-{now:%Y%m%dT%H%M%SZ}-aaaaaa"
