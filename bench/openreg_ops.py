@@ -39,8 +39,8 @@ def op_timings():
         a, b = torch.randn(n), torch.randn(n)
         da, db = a.to("openreg"), b.to("openreg")
         torch.add(da, db)  # warm up
-        cpu = best_of(lambda: torch.add(a, b), 5, number)
-        dev = best_of(lambda: torch.add(da, db), 5, number)
+        cpu = best_of(lambda a=a, b=b: torch.add(a, b), 5, number)
+        dev = best_of(lambda da=da, db=db: torch.add(da, db), 5, number)
         out[label] = {"cpu_s": cpu, "openreg_s": dev, "ratio": dev / cpu}
     return out
 

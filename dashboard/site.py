@@ -173,7 +173,7 @@ class _Build:
         changed = [f for f in found if known.get(f.rel, (None, None, None))[1:] != (f.mtime_ns, f.size)]
         for rel in sorted(set(known) - present):
             self._forget(rel)
-        for result, f in zip(self._summaries(changed), changed):
+        for result, f in zip(self._summaries(changed), changed, strict=True):
             if isinstance(result, str):
                 self.report.skipped.append(result)
                 self.warn(f"skipped {result}")
@@ -469,7 +469,7 @@ class _RunPages:
         self.pool = None
         if len(work) >= 8 and jobs > 1:
             self.pool = ProcessPoolExecutor(min(jobs, len(work)), initializer=reset_worker)
-            self.results = self.pool.map(write_run_page_in_worker, *zip(*work), chunksize=4)
+            self.results = self.pool.map(write_run_page_in_worker, *zip(*work, strict=True), chunksize=4)
         else:
             self.results = iter([write_run_page(*w) for w in work])
 
@@ -630,7 +630,7 @@ def _replace(path: Path) -> None:
 
 def link_tree(source: Path, target: Path) -> None:
     """Copy a directory tree as hard links (a copy where links are not possible)."""
-    for dirpath, dirnames, filenames in os.walk(source):
+    for dirpath, _dirnames, filenames in os.walk(source):
         rel = os.path.relpath(dirpath, source)
         dest = target / rel if rel != "." else target
         dest.mkdir(parents=True, exist_ok=True)

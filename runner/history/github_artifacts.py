@@ -29,6 +29,7 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
@@ -184,7 +185,7 @@ class GitHub:
             if next_url in seen or len(seen) >= MAX_PAGES:
                 raise GitHubError(f"{what}: the pages do not end (page {len(seen) + 1}: {next_url[:120]})")
             seen.add(next_url)
-            page, links = self._retrying(what, lambda: self._get_json(next_url, params, what))
+            page, links = self._retrying(what, partial(self._get_json, next_url, params, what))
             items = page.get(key) if isinstance(page, dict) else None
             if not isinstance(items, list):
                 raise GitHubError(f"{what}: the answer has no list {key!r}")

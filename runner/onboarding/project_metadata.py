@@ -128,7 +128,8 @@ class _Hooks:
                 warnings.simplefilter("ignore", pyproject_hooks.BuildBackendWarning)
                 return getattr(self.caller, hook)(*args)
         except pyproject_hooks.BackendUnavailable as exc:
-            last = next((l for l in reversed(exc.traceback.strip().splitlines()) if l.strip()), "not importable")
+            last = next((line for line in reversed(exc.traceback.strip().splitlines()) if line.strip()),
+                        "not importable")
             raise ProjectError(f"the build backend {self.backend} cannot be imported: {last.strip()} "
                                f"(is it in [build-system] requires?)") from None
         except pyproject_hooks.HookMissing as exc:

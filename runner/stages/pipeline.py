@@ -105,7 +105,7 @@ def run_stage(name: str, ctx: RunContext) -> StageResult:
         raise
     except Exception as exc:  # a bug in ootci itself must not lose the run
         with open(ctx.log_path(name), "a", encoding="utf-8") as log:
-            log.write("\n[ootci] internal error in stage %s\n" % name)
+            log.write(f"\n[ootci] internal error in stage {name}\n")
             log.write(traceback.format_exc())
         summary = f"ootci internal error: {type(exc).__name__}: {exc}"
         result = StageResult(name=name, status=Status.crashed, summary=summary,

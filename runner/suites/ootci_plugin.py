@@ -161,7 +161,7 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             parse_shard(shard)
         except ValueError as exc:
-            raise pytest.UsageError(f"--ootci-shard: {exc}")
+            raise pytest.UsageError(f"--ootci-shard: {exc}") from None
     state = _State(config, capabilities, module)
     config.stash[_STATE] = state
     config.pluginmanager.register(state, "ootci-state")

@@ -464,7 +464,7 @@ class _Verifier:
         return checks
 
     def _entry_point_checks(self) -> list[CheckResult]:
-        return [_timed(lambda: self._entry_point_check(t)) for t in self.targets]
+        return [_timed(functools.partial(self._entry_point_check, t)) for t in self.targets]
 
     def _blocking_checks(self, on_run: Probe) -> list[CheckResult]:
         """plain_import, then each target's device and tensor: what the plain-import probe says."""
@@ -723,7 +723,7 @@ class _Verifier:
             (t.import_name, "torch", before, (f"import:{t.import_name}", "import:torch")),
             ("torch", t.import_name, on, ("import", f"after:{t.import_name}")),
         ):
-            for module, phase in zip((first, second), phases):
+            for module, phase in zip((first, second), phases, strict=True):
                 status, cause = self._outcome(probe, phase, f"import {module}")
                 if status is not Status.passed:
                     return CheckResult(name=name, status=status, root_cause=cause,

@@ -274,7 +274,7 @@ def test_the_commits_plan_of_two_adjacent_nightlies_in_a_dry_run(tmp_path):
     assert "predicate: stage smoke" in out and "  smoke::test_x.py::test_mul" in out
     assert "torch axis (backend as in the manifest): 0 candidate(s) between torch 2.16.0.dev20261121 and torch 2.16.0.dev20261122" in out
     assert "torch-commits axis" in out and "3 candidate(s)" in out
-    for sha, pr in zip(commits[1:4], (160001, None, 160003)):
+    for sha, pr in zip(commits[1:4], (160001, None, 160003), strict=True):
         line = next(line for line in out.splitlines() if sha[:10] in line)
         assert f"git:{sha}" in line and ((f"pr={pr}" in line) if pr else "pr=" not in line)
     assert not (tmp_path / "bisect").exists()

@@ -99,7 +99,7 @@ def test_resolution_problem_names_both_torches():
 
 def test_constraint_pins_the_version_pip_sees(tmp_path):
     path = torch_pin.write_constraint(tmp_path, UNDER_TEST)
-    lines = [l for l in path.read_text().splitlines() if not l.startswith("#")]
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
     assert lines == ["torch==2.14.0"]  # not 2.14.0+cu130: the index knows the wheel as 2.14.0
 
 

@@ -100,7 +100,7 @@ def test_entry_points_probe_runs_without_torch(tmp_path):
     # The orchestrator's interpreter has no torch: the probe still answers, saying so.
     out = subprocess.run([sys.executable, "-X", "utf8", str(PROBES / "entry_points.py")], capture_output=True,
                          text=True, timeout=60, env=dict(os.environ, OOTCI_PROBE_NONCE="n1"))
-    line = next(l for l in out.stdout.splitlines() if l.startswith("@@OOTCI-PROBE:n1@@ "))
+    line = next(text for text in out.stdout.splitlines() if text.startswith("@@OOTCI-PROBE:n1@@ "))
     assert '"torch_found": false' in line and '"phase": "entry_points"' in line
 
 

@@ -1209,7 +1209,7 @@ def test_a_matrix_of_calls_for_one_backend_uploads_one_artifact_each():
     assert not matches(name("torch-2.14.0", shards=3, shard=1), pattern("ci/backend.toml", ""))
     for hostile, suffix in (("a//b::c", "x y"), ("ascend-npu", "torch 2.15.0+cu130"), ("é/ü", "")):
         shard = name(suffix, shards=2, shard=2).replace("ci-backend.toml", artifact_name(hostile))
-        uploaded = artifact_name(re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
+        uploaded = artifact_name(re.sub(r"\$\{\{(.*?)\}\}", lambda m, hostile=hostile, suffix=suffix: str(evaluate(
             m.group(1), inputs={"backend": hostile, "artifact-suffix": suffix, "shards": 2},
             github={"run_attempt": 1}, matrix={"shard": 2})), template))
         assert matches(uploaded, pattern(hostile, suffix)), (uploaded, pattern(hostile, suffix), shard)
