@@ -90,6 +90,8 @@ def build(data_dir: Path, site: Path, *, state: Path | None = None, run_pages: i
 
 
 class _Build:
+    background_cleanup = False  # build() says otherwise
+
     def __init__(self, data_dir: Path, site: Path, index: Index, run_pages: int | None, jobs: int | None,
                  rebuild: bool, warn):
         self.data_dir, self.site, self.index = data_dir, site, index
@@ -616,8 +618,9 @@ def artifacts_link(record: models.RunRecord, now: dt.datetime | None = None) -> 
             "expired": (now or dt.datetime.now(dt.UTC)) >= until}
 
 
-def write_run_page_in_worker(*args) -> tuple[str | None, list[str], Digest | None]:
-    return write_run_page(*args, in_worker=True)
+def write_run_page_in_worker(data_dir: str, rel: str, staging: str, base: str, backend_href: str,
+                             with_ops: bool = True) -> tuple[str | None, list[str], Digest | None]:
+    return write_run_page(data_dir, rel, staging, base, backend_href, with_ops, in_worker=True)
 
 
 def _replace(path: Path) -> None:

@@ -196,6 +196,7 @@ def build_record(sc: Scenario, day: int, *, tests_per_op: int = 1, trigger: str 
 
 
 def _suite_tests(sc: Scenario, suite: str, rng: random.Random, red: bool, tests_per_op: int) -> list[TestResult]:
+    specs: list[tuple[str, str | None, str | None]]
     if suite == "smoke":
         specs = [(tid, None, None) for tid in smoke_ids()]
     else:

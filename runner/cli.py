@@ -84,7 +84,7 @@ def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     merge ...`), or parser itself where none was chosen."""
     while True:
         subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-        chosen = subs.choices.get(getattr(args, subs.dest, None)) if subs else None
+        chosen = subs.choices.get(getattr(args, subs.dest, None) or "") if subs else None
         if chosen is None:
             return parser
         parser = chosen

@@ -253,8 +253,8 @@ def select(labels: Iterable[str], manifests: list[Manifest], default: str,
 
 
 def plan(dispatch: Dispatch, manifests: list[Manifest], default: str = "none", gate: str = GATE_LABEL) -> Plan:
-    base = dict(event_type=dispatch.event_type, delivery_id=dispatch.delivery_id, pr=dispatch.pr,
-                head_sha=dispatch.head_sha, base_sha=dispatch.base_sha)
+    base: dict[str, Any] = dict(event_type=dispatch.event_type, delivery_id=dispatch.delivery_id, pr=dispatch.pr,
+                                head_sha=dispatch.head_sha, base_sha=dispatch.base_sha)
     if dispatch.event_type != EVENT_TYPE:
         return Plan(action="ignore", reason=f"event {dispatch.event_type!r} is not a pull request", **base)
     if dispatch.action in CANCEL_ACTIONS:

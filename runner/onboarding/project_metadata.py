@@ -191,7 +191,8 @@ def _parse(dist_info: Path, system: BuildSystem) -> Declared:
     except OSError as exc:
         raise ProjectError(f"the build backend {system.backend} wrote no METADATA: {exc.strerror}") from None
     parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
-    parser.optionxform = str  # entry point names are case-sensitive
+    # Entry point names are case-sensitive; configparser documents this assignment for it.
+    parser.optionxform = str  # type: ignore[assignment, method-assign]
     entry_points: dict[str, str] = {}
     path = dist_info / "entry_points.txt"
     if path.is_file():

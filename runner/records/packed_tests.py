@@ -54,7 +54,7 @@ def testset_rows(tests: list[TestResult]) -> list[list]:
 
     PackError when an id occurs twice: a set is keyed by id.
     """
-    rows = sorted(([t.id, t.suite, t.op, t.dtype] for t in tests), key=lambda row: row[0])
+    rows = sorted(([t.id, t.suite, t.op, t.dtype] for t in tests), key=lambda row: row[0] or "")
     for before, after in pairwise(rows):
         if before[0] == after[0]:
             raise PackError(f"test id {before[0]!r} occurs twice")

@@ -91,7 +91,7 @@ def run(ctx: RunContext) -> StageResult:
         source_id = f"{commit}:{m.source.subdir}"
         built_from = {"commit": commit, "dirty": False}
     else:
-        source_dir, source_id = None, m.source.requirement
+        source_dir, source_id = None, m.source.requirement or ""
     ctx.source_dir = source_dir
 
     torch = ctx.record.torch

@@ -114,9 +114,9 @@ def run_stage(name: str, ctx: RunContext) -> StageResult:
     result.name = name
     result.started_at = started
     result.duration_s = round(time.monotonic() - t0, 3)
-    log = ctx.run_dir / "logs" / f"{name}.log"
-    if log.exists():
-        result.log = os.fspath(log.relative_to(ctx.run_dir))
+    log_path = ctx.run_dir / "logs" / f"{name}.log"
+    if log_path.exists():
+        result.log = os.fspath(log_path.relative_to(ctx.run_dir))
     return result
 
 

@@ -114,7 +114,7 @@ def create_venv(root: Path, *, base_python: str | None = None, log: Path | None 
     if root.exists():
         shutil.rmtree(root)
     root.parent.mkdir(parents=True, exist_ok=True)
-    argv = [base_python or sys.executable, "-m", "venv", root] + ([] if with_pip else ["--without-pip"])
+    argv = [base_python or sys.executable, "-m", "venv", os.fspath(root)] + ([] if with_pip else ["--without-pip"])
     result = procs.run(argv, timeout=timeout, log=log)
     if not result.ok:
         raise TargetEnvironmentError(f"could not create a virtual environment at {root}: "

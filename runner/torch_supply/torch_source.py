@@ -377,6 +377,7 @@ def _run(cmd: Command, log: Path | None) -> ProcResult:
     result = procs.run(cmd.argv, timeout=cmd.timeout, log=log, env=env, cwd=cmd.cwd)
     if not result.ok:
         cause = rootcause.from_proc(result, what=cmd.what)
+        assert cause is not None  # the process failed
         where = f" (log: {log})" if log else ""
         raise TorchBuildError(f"source build: {cmd.what} failed: {cause.summary}{where}", result, cause)
     return result

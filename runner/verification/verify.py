@@ -98,6 +98,10 @@ class Probe:
     def get(self, phase: str) -> dict | None:
         return self.phases.get(phase)
 
+    def value(self, phase: str) -> dict:
+        """What a phase that passed reported (KeyError if it did not report)."""
+        return self.phases[phase]["value"]
+
 
 @dataclass
 class Runner:
@@ -441,11 +445,11 @@ class _Verifier:
         # The plain-import probe is the longest and matters most: start it first, unless
         # the device names must first be learned from the entry points loaded alone.
         on = None if learn else pool.submit(self._autoload_on)
-        if self.blocking_only and not learn:
+        if on is not None and self.blocking_only:
             return [*self._entry_point_checks(), *self._blocking_checks(on.result()), *self._not_blocking()]
         off = {t.ep_name: pool.submit(self._autoload_off, t) for t in self.targets}
         before = {t.ep_name: pool.submit(self.runner.probe, "imports.py", t.import_name, "torch") for t in self.targets}
-        if learn:
+        if on is None:  # learn
             for t in self.targets:
                 t.device = t.device or _learned_device(off[t.ep_name].result())
             on = pool.submit(self._autoload_on)
@@ -636,7 +640,7 @@ class _Verifier:
         if status is not Status.passed:
             return CheckResult(name=name, status=status, root_cause=cause,
                                detail=f"device '{t.device}' is not usable: {_why(cause)}")
-        report = on.get(f"device:{t.device}")["value"]
+        report = on.value(f"device:{t.device}")
         state = (on.get("import") or {}).get("state") or {}
         problems = []
         if state.get("privateuse1") not in ("privateuseone", t.device):
@@ -677,7 +681,7 @@ class _Verifier:
         if status is not Status.passed:
             return CheckResult(name=name, status=status, root_cause=cause,
                                detail=f"tensor round trip to '{t.device}' fails: {_why(cause)}")
-        results = on.get(phase)["value"]
+        results = on.value(phase)
         wrong = [d for d, r in results.items() if not (r["equal"] and r["literal_ok"] and r["device_type"] == t.device)]
         if wrong:
             summary = f"tensor round trip to '{t.device}' changes the values of {', '.join(wrong)}"
@@ -794,7 +798,7 @@ class _Verifier:
         samples: dict[bool, list[float]] = {True: [], False: []}
         first_on = (on.get("import") or {}).get("_arrived_s")
         first_off = ((off.get("import") or {}) if off else {}).get("_arrived_s")
-        if first_on and first_off and (off.get("import") or {}).get("ok"):
+        if off and first_on and first_off and (off.get("import") or {}).get("ok"):
             samples[True].append(first_on * 1000)
             samples[False].append(first_off * 1000)
         while len(samples[True]) < self.runs:
