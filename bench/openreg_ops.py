@@ -81,7 +81,8 @@ def autoload_ms(runs=15):
 def cold_build_s():
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "openreg"
-        shutil.copytree(REPO / "backends" / "openreg", src, ignore=shutil.ignore_patterns("build", "*.egg-info", "*.so"))
+        shutil.copytree(REPO / "backends" / "openreg", src,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "*.so"))
         env = {**os.environ, "MAX_JOBS": "2", "CCACHE_DISABLE": "1"}
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",

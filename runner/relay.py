@@ -483,7 +483,8 @@ def post(url: str, body: dict[str, Any], token: str, *, retry: Retry = Retry(),
         # The relay refuses the same state twice: the try that got no clear answer was recorded.
         # Said in the log all the same, with the relay's own words.
         return Delivery(http_status=400, answer="already recorded", attempts=attempts,
-                        detail=f"an earlier attempt that got no clear answer had been recorded (the retry got {detail})")
+                        detail=f"an earlier attempt that got no clear answer had been recorded "
+                               f"(the retry got {detail})")
     raise RelayError(f"relay callback: {detail}")
 
 
@@ -566,7 +567,8 @@ def summarize(records: list[RunRecord], *, page_url: str | None = None, baseline
             "backend": backend, "status": record.status.value, "run_id": record.run_id,
             "torch": record.torch.version or record.torch.spec,
             "counts": {o.value: n for o, n in sorted(counts.items(), key=lambda kv: kv[0].value)},
-            "problem": " ".join(record.first_problem().split())[:300], "failing": len(failing), "failing_tests": failing,
+            "problem": " ".join(record.first_problem().split())[:300],
+            "failing": len(failing), "failing_tests": failing,
         }
         if backend in nightly:
             known = set(_failing(nightly[backend]))

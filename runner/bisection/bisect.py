@@ -555,7 +555,8 @@ class Bisection:
                 self.say(f"the {name} run built {self.options.manifest.name} with uncommitted changes on top of "
                          f"{commit[:10]}: the backend axis walks the commits, without them")
         if axis == "backend":
-            return self.backend_round(backend_commit(good) or self.options.good, backend_commit(bad) or self.options.bad,
+            return self.backend_round(backend_commit(good) or self.options.good,
+                                      backend_commit(bad) or self.options.bad,
                                       self.fixed_torch())
         return self.torch_round(good, bad, backend_commit(good), check_bad_end=(axis == "both"))
 

@@ -111,7 +111,8 @@ def preflight(options: RunOptions) -> torch_acquire.TorchPlan:
     plan = torch_acquire.plan(spec, dry_run=True, index_url=options.index_url,
                               python=options.python if spec.kind == "installed" else None,
                               cache=options.cache, jobs=options.jobs, torch_repo=options.torch_repo)
-    torch_acquire.check_version_available(plan, cache=options.cache)  # --torch 9.9.9: refused here, not by pip in a stage
+    # --torch 9.9.9: refused here, not by pip in a stage.
+    torch_acquire.check_version_available(plan, cache=options.cache)
     return plan
 
 

@@ -25,7 +25,8 @@ _MARKS = {Status.passed: "ok", Status.failed: "FAIL", Status.crashed: "CRASH", S
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="check that `import torch` autoloads a backend and its device works",
                        description="Run the autoload probes in fresh interpreters of the environment under test.")
-    p.add_argument("--python", required=True, type=Path, help="interpreter (or venv directory) of the environment under test")
+    p.add_argument("--python", required=True, type=Path,
+                   help="interpreter (or venv directory) of the environment under test")
     p.add_argument("--backend", help="registered backend name or backend.toml path (default: every installed "
                                      "torch.backends entry point)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -110,7 +110,8 @@ def run_stage(name: str, ctx: RunContext) -> StageResult:
         summary = f"ootci internal error: {type(exc).__name__}: {exc}"
         result = StageResult(name=name, status=Status.crashed, summary=summary,
                              root_cause=RootCause(kind="error", summary=summary, exception_type=type(exc).__name__,
-                                                  message=str(exc), hint="a bug in ootci: please report it with the stage log"))
+                                                  message=str(exc),
+                                                  hint="a bug in ootci: please report it with the stage log"))
     result.name = name
     result.started_at = started
     result.duration_s = round(time.monotonic() - t0, 3)
@@ -151,7 +152,8 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
             if not wanted(name, manifest, options):
                 continue  # an optional stage that is off leaves the record as if it did not exist
             if blocker:
-                result = StageResult(name=name, status=Status.blocked, summary=f"blocked: stage '{blocker}' did not pass")
+                result = StageResult(name=name, status=Status.blocked,
+                                     summary=f"blocked: stage '{blocker}' did not pass")
             elif skipper:
                 result = StageResult(name=name, status=Status.skipped, summary=skipper)
             elif reason := skip_reason(manifest, options, name):

@@ -250,7 +250,8 @@ class UpstreamRunner:
         # Side by side: each process imports torch and the failing files, and neither needs the other.
         with ThreadPoolExecutor(max_workers=len(runs)) as pool:
             done = dict(zip(runs, pool.map(
-                lambda part: self._runner(self.deadline, log=self._file_log(part)).run(*runs[part]), runs), strict=True))
+                lambda part: self._runner(self.deadline, log=self._file_log(part)).run(*runs[part]), runs),
+                strict=True))
         again = {r.id: r for r in done[RETRY].results if r.message != NOT_REACHED} if RETRY in done else {}
         on_cpu: dict[str, TestResult] = {}
         for r in done[ON_CPU].results if ON_CPU in done else ():

@@ -482,7 +482,8 @@ class _State:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.junit is None:
             return
-        crash = XDIST_CRASH.search(str(report.longrepr or "")) if report.when not in ("setup", "call", "teardown") else None
+        in_a_phase = report.when in ("setup", "call", "teardown")
+        crash = XDIST_CRASH.search(str(report.longrepr or "")) if not in_a_phase else None
         if crash:
             reports = self.pending.pop(report.nodeid, [])
             worker = crash.group("worker")

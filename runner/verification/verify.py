@@ -82,7 +82,8 @@ class Verification(BaseModel):
             skipped = sum(1 for c in self.checks if c.status is Status.skipped)
             passed = len(self.checks) - skipped
             return f"{passed} checks passed" + (f", {skipped} skipped" if skipped else "")
-        return f"{failed[0].name} {failed[0].status.value}: {self.root_cause.summary if self.root_cause else failed[0].detail}"
+        why = self.root_cause.summary if self.root_cause else failed[0].detail
+        return f"{failed[0].name} {failed[0].status.value}: {why}"
 
 
 # ---------------------------------------------------------------- probes
@@ -279,7 +280,8 @@ def _targets(inventory: dict, manifest: Manifest | None) -> list[Target]:
     if manifest is not None:
         name, module, attr = manifest.entry_point_parts
         ours = [e for e in installed
-                if e.get("distribution") and canonicalize_name(e["distribution"]) == canonicalize_name(manifest.distribution)]
+                if e.get("distribution")
+                and canonicalize_name(e["distribution"]) == canonicalize_name(manifest.distribution)]
         match = next((e for e in ours if e["name"] == name), None) or next(iter(ours), None)
         return [Target(ep_name=match["name"] if match else name, module=module, attr=attr,
                        import_name=manifest.import_name, device=manifest.device, dtypes=list(manifest.dtypes),
@@ -327,7 +329,8 @@ def verify(
     if not targets:
         check = CheckResult(name="entry_point", status=Status.skipped,
                             detail="no torch.backends entry point is installed in this environment")
-        return Verification(status=Status.skipped, python=str(runner.python), torch_version=inventory.get("torch_version"),
+        return Verification(status=Status.skipped, python=str(runner.python),
+                            torch_version=inventory.get("torch_version"),
                             checks=[check], duration_s=time.monotonic() - started)
     work = _Verifier(runner, inventory, targets, runs=max(1, runs), jobs=max(1, jobs), blocking_only=blocking_only)
     checks = work.run()
@@ -578,7 +581,8 @@ class _Verifier:
             summary = f"module {t.module} of entry point {t.ep_name} cannot be found"
             return CheckResult(name=name, status=Status.failed, detail=summary, data=data,
                                root_cause=rootcause.missing(summary, culprit=t.ep_name,
-                                                            hint="the package does not ship the module its entry point names"))
+                                                            hint="the package does not ship the module its entry "
+                                                                 "point names"))
         shadowed = entry.get("shadowed")
         if shadowed:
             summary = source_tree_shadowing(shadowed)
@@ -635,7 +639,8 @@ class _Verifier:
             return self._blocked(name, "import torch fails")
         if not t.device:
             return CheckResult(name=name, status=Status.skipped,
-                               detail="no device learned: the entry point registered no PrivateUse1 name or device module")
+                               detail="no device learned: the entry point registered no PrivateUse1 name or "
+                                      "device module")
         status, cause = self._outcome(on, f"device:{t.device}", f"using device '{t.device}'")
         if status is not Status.passed:
             return CheckResult(name=name, status=status, root_cause=cause,
@@ -738,7 +743,8 @@ class _Verifier:
 
     # -- 7. neighbours
 
-    def _neighbours_check(self, pool: ThreadPoolExecutor, plain: CheckResult, off_runs: dict[str, Probe]) -> CheckResult:
+    def _neighbours_check(self, pool: ThreadPoolExecutor, plain: CheckResult,
+                          off_runs: dict[str, Probe]) -> CheckResult:
         names = [e["name"] for e in self.installed]
         ours = {t.ep_name for t in self.targets}
         others = [n for n in names if n not in ours]

@@ -98,6 +98,7 @@ def test_training_matches_cpu(device, kind, optimizer_name, record_property):
             f"step {step}: loss {on_device:.6g} on {device}, {on_cpu:.6g} on CPU "
             f"(tolerance {LOSS_RTOL:g} relative); losses {device} {device_losses}, CPU {cpu_losses}")
     assert cpu_losses[-1] < cpu_losses[0], f"the {kind} did not learn on CPU either: {cpu_losses}"
-    for (name, cpu_param), device_param in zip(cpu_model.state_dict().items(), device_model.state_dict().values(), strict=True):
+    for (name, cpu_param), device_param in zip(cpu_model.state_dict().items(), device_model.state_dict().values(),
+                                               strict=True):
         assert device_param.device.type == device, f"{name} left the device"
         torch.testing.assert_close(device_param.cpu(), cpu_param, atol=WEIGHT_TOL, rtol=WEIGHT_TOL, msg=name)
