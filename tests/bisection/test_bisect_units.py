@@ -90,7 +90,8 @@ def record(run_id: str, stages: dict[str, Status], tests: dict[str, Outcome] | N
         r.stages.append(StageResult(name=name, status=status, summary=f"{name} {status.value}",
                                     root_cause=RootCause(kind="test", summary=cause) if cause and not status.ok
                                     else None))
-    r.tests = [models.TestResult(id=i, suite="smoke", outcome=o, message=f"{i} {o.value}") for i, o in (tests or {}).items()]
+    r.tests = [models.TestResult(id=i, suite="smoke", outcome=o, message=f"{i} {o.value}")
+               for i, o in (tests or {}).items()]
     return r
 
 
@@ -272,7 +273,8 @@ def test_the_commits_plan_of_two_adjacent_nightlies_in_a_dry_run(tmp_path):
     assert out.splitlines()[0] == (f"bisect openreg: good {good}, bad {bad} (a dry run writes nothing; "
                                    f"the bisection would be written under {tmp_path / 'bisect'})")
     assert "predicate: stage smoke" in out and "  smoke::test_x.py::test_mul" in out
-    assert "torch axis (backend as in the manifest): 0 candidate(s) between torch 2.16.0.dev20261121 and torch 2.16.0.dev20261122" in out
+    assert ("torch axis (backend as in the manifest): 0 candidate(s) between torch 2.16.0.dev20261121 "
+            "and torch 2.16.0.dev20261122") in out
     assert "torch-commits axis" in out and "3 candidate(s)" in out
     for sha, pr in zip(commits[1:4], (160001, None, 160003), strict=True):
         line = next(line for line in out.splitlines() if sha[:10] in line)

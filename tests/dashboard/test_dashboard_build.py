@@ -441,7 +441,8 @@ def test_tests_json_is_read_only_for_runs_the_site_shows(tmp_path, jobs):
     (dirs[20] / "record.json").write_text(json.dumps(header))
     report = build(data, out, run_pages=10, jobs=jobs)
     assert [w for w in report.warnings if str(dirs[20]) in w] == [
-        f"tests not read: {dirs[20] / 'tests.json'}: not valid JSON (truncated?): key must be a string at line 1 column 2"]
+        f"tests not read: {dirs[20] / 'tests.json'}: not valid JSON (truncated?): "
+        "key must be a string at line 1 column 2"]
 
 
 def test_records_with_inline_tests_still_build(tmp_path):
@@ -543,7 +544,8 @@ def test_dashboard_never_imports_torch(tmp_path):
     write_nights(data, "openreg", range(0, 2))
     code = ("import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
             "from ootci.runner.cli import main\n"
-            f"raise SystemExit(main(['dashboard', 'build', '--data', {str(data)!r}, '--out', {str(tmp_path / 's')!r}]))")
+            f"raise SystemExit(main(['dashboard', 'build', '--data', {str(data)!r}, "
+            f"'--out', {str(tmp_path / 's')!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert proc.returncode == 0, proc.stderr

@@ -85,7 +85,8 @@ def test_dry_run_says_bench_is_off_and_how_to_turn_it_on(tmp_path):
         default = ootci("run", "openreg", "--torch", "2.13.0", "--dry-run", "--suites", suites, "--out", str(tmp_path))
         assert "  bench        off (" in default.stdout
     bad = ootci("run", "openreg", "--torch", "2.13.0", "--dry-run", "--suites", "benchmark", "--out", str(tmp_path))
-    assert bad.returncode == 2 and "--suites: unknown suite 'benchmark' (known: smoke, integration, upstream, bench)" in bad.stderr
+    assert bad.returncode == 2
+    assert "--suites: unknown suite 'benchmark' (known: smoke, integration, upstream, bench)" in bad.stderr
 
 
 def probe_with(torch_layer, tmp_path: Path, monkeypatch, sitecustomize: str, *args: str):

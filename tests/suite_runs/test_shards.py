@@ -412,7 +412,8 @@ def test_merge_bad_input_is_one_line(tmp_path):
     assert disagree.returncode == 2 and len(disagree.stderr.strip().splitlines()) == 1
     assert "the records disagree on N" in disagree.stderr
     nodir = ootci("shards", "merge", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
-    assert nodir.returncode == 2 and nodir.stderr.strip() == f"ootci: shards merge: {tmp_path / 'nope'} is not a directory"
+    assert nodir.returncode == 2
+    assert nodir.stderr.strip() == f"ootci: shards merge: {tmp_path / 'nope'} is not a directory"
     expect = ootci("shards", "merge", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--expect", "0")
     assert expect.returncode == 2 and expect.stderr.strip() == "ootci: --expect 0: must be at least 1"
     (tmp_path / "file").write_text("")
@@ -479,7 +480,8 @@ def _pytest_under_xdist(tmp_path: Path, backend_source: str, test_source: str) -
     (tmp_path / "check_import.py").write_text(test_source)
     junit_file = tmp_path / "junit.xml"
     done = plugin_pytest_under_xdist(tmp_path, "check_import.py", "--ootci-import", "fakebackend",
-                                     "--ootci-suite", "imports", "--ootci-junit", str(junit_file), path=(str(tmp_path),))
+                                     "--ootci-suite", "imports", "--ootci-junit", str(junit_file),
+                                     path=(str(tmp_path),))
     assert done.returncode in (0, 1, 2), done.stdout + done.stderr
     return sorted(imported.read_text().split()) if imported.exists() else [], junit_file
 
@@ -499,6 +501,7 @@ def test_under_xdist_a_collection_error_still_names_the_backends_import_error(tm
                                                "import fakebackend\n\ndef test_one():\n    pass\n")
     assert set(imported) == {"gw0", "gw1"}  # each twice: in pytest_configure, then collecting the module
     cases = [case for case in junit.parse(junit_file).cases if case.outcome is Outcome.error]
-    assert cases and all(case.message.startswith("--ootci-import: cannot import 'fakebackend': "
-                                                 "RuntimeError: no device driver (collecting: ") for case in cases), cases
+    assert cases and all(case.message.startswith(
+        "--ootci-import: cannot import 'fakebackend': "
+        "RuntimeError: no device driver (collecting: ") for case in cases), cases
     assert not any("ootci: the backend's import error" in case.output for case in cases)  # said once, as the message

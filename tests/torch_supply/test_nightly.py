@@ -209,12 +209,14 @@ def _ootci_torch(*args: str, cache: Path) -> subprocess.CompletedProcess:
 def test_cli_reports_index_problems_in_one_line_with_exit_code_6(problem, httpserver, tmp_path):
     if problem == "empty":
         httpserver.expect_request("/simple/torch/").respond_with_data(html_page([]), content_type="text/html")
-        index, expected = httpserver.url_for("/simple"), "no torch wheels at {index}; looked for a nightly (.dev) torch wheel for Python tag"
+        index = httpserver.url_for("/simple")
+        expected = "no torch wheels at {index}; looked for a nightly (.dev) torch wheel for Python tag"
     elif problem == "404":
         httpserver.expect_request("/simple/torch/").respond_with_data("Not Found", status=404)
         index, expected = httpserver.url_for("/simple"), "package index {index} has no project 'torch' (HTTP 404"
     else:
-        index, expected = f"http://127.0.0.1:{_closed_port()}/whl/nightly", "cannot reach package index {index}: connection refused"
+        index = f"http://127.0.0.1:{_closed_port()}/whl/nightly"
+        expected = "cannot reach package index {index}: connection refused"
     result = _ootci_torch("nightly", "--index-url", index, "--dry-run", cache=tmp_path)
     assert result.returncode == 6, result.stderr
     assert result.stdout == ""

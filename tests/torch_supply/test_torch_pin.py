@@ -98,7 +98,8 @@ def test_a_backend_requiring_another_torch_fails_install_with_its_own_root_cause
     record = only_record(out)
     install = record.stage("install")
     assert install.status is Status.failed
-    assert install.summary == f"torch_toy 0.1.0 requires torch==2.12.0; the torch under test is {layer_torch['version']}"
+    assert install.summary == ("torch_toy 0.1.0 requires torch==2.12.0; "
+                               f"the torch under test is {layer_torch['version']}")
     assert install.root_cause.hint == torch_pin.PIN_HINT
     assert install.root_cause.culprit == "torch_toy"
     assert stages(record)["autoload"] is Status.blocked

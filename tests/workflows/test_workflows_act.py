@@ -217,7 +217,8 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     # A run by hand of a subset is no night: recorded as manual, missing record too.
     assert first.trigger == "manual" and first.status is Status.passed
     assert ghost.status is Status.missing and ghost.trigger == "manual" and ghost.torch.spec == TORCH
-    assert ghost.device == "ghost" and ghost.missing_reason.startswith("no record from the backend job: it never started")
+    assert ghost.device == "ghost"
+    assert ghost.missing_reason.startswith("no record from the backend job: it never started")
     assert (site / "index.html").is_file()
     assert first.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.html")) or \
         first.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.json"))
@@ -260,7 +261,8 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     assert not any(forged in name for name in data_branch_files(data))
     # ghost's job never started in attempt 2 either: publish records that attempt's missing run too.
     ghosts = [r for r in records_under(data_branch_checkout(data, tmp_path / "tip-2") / "runs") if r.backend == "ghost"]
-    assert len(ghosts) == 2 and all(r.status is Status.missing for r in ghosts) and ghost.run_id in {r.run_id for r in ghosts}
+    assert len(ghosts) == 2 and all(r.status is Status.missing for r in ghosts)
+    assert ghost.run_id in {r.run_id for r in ghosts}
     everything = (first.run_id, second.run_id, other, straggler, *(r.run_id for r in ghosts))
     assert record_paths_on_data_branch(data) == {f"runs/{r}/record.json" for r in everything}
     index = (site / "index.html").read_text()

@@ -159,7 +159,8 @@ def vendor_repository(dest: Path, ootci_sha: str) -> Path:
     manifest = (openreg / "backend.toml").read_text()
     manifest = manifest.replace('name = "openreg"', 'name = "acme-openreg"', 1)
     manifest = manifest.replace('path = "."', 'path = ".."', 1)
-    write_openreg_manifest(dest / "ci" / "backend.toml", manifest + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
+    write_openreg_manifest(dest / "ci" / "backend.toml",
+                           manifest + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
     caller = (REPO / "examples" / "vendor-workflow.yml").read_text()
     (dest / ".github" / "workflows").mkdir(parents=True)
     (dest / ".github" / "workflows" / "ootci.yml").write_text(
@@ -320,7 +321,8 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
     assert github.downloads() == [5011]
     assert all(r.headers.get("Authorization") == f"Bearer {TOKEN}" for r in github.api_requests)
     assert "1 artifact(s) collected" in result.output and "1 collected before" in result.output
-    assert {f"runs/{tonight}/record.json", f"runs/{last_night}/record.json", marker.relative_to(seed / "history").as_posix(),
+    assert {f"runs/{tonight}/record.json", f"runs/{last_night}/record.json",
+            marker.relative_to(seed / "history").as_posix(),
             f"collected/{now - dt.timedelta(hours=1):%Y-%m-%d}/5011.json"} <= data_branch_files(data)
     # The page was built from the branch's tip after the push: both nights are on it.
     pages = "".join(p.read_text(errors="replace") for p in (ootci_act_dir / "site").rglob("*.html"))
