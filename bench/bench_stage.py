@@ -55,7 +55,7 @@ def one_run(python: Path, only: tuple[str, ...], log: Path) -> dict:
         raise SystemExit(f"the stage {result.status.value}: {result.summary}")
     measured = result.data["measurements"]
     return {
-        "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "wall_s": round(wall, 1),
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "wall_s": round(wall, 1),
         "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
         "counter": result.data.get("counter"), "timing": result.data.get("timing"),
         "counter_note": result.data.get("counter_note"), "summary": result.summary,

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -89,7 +90,7 @@ def main() -> int:
     for label, extra in (("nightly fetch: pull --latest 14 (partial)", []), ("full fetch: pull --full", ["--full"])):
         checkout = args.workdir / ("partial" if not extra else "full")
         shutil.rmtree(checkout, ignore_errors=True)
-        out, seconds = timed(label, lambda: run(OOTCI, "history", "pull", checkout, "--branch", "ootci-data",
+        out, seconds = timed(label, partial(run, OOTCI, "history", "pull", checkout, "--branch", "ootci-data",
                                                 "--remote", f"file://{remote}", *extra))
         git_bytes, _, _ = du(checkout / ".git")
         work, _, files = du(checkout / "runs")

@@ -39,8 +39,8 @@ def op_timings():
         a, b = torch.randn(n), torch.randn(n)
         da, db = a.to("openreg"), b.to("openreg")
         torch.add(da, db)  # warm up
-        cpu = best_of(lambda: torch.add(a, b), 5, number)
-        dev = best_of(lambda: torch.add(da, db), 5, number)
+        cpu = best_of(lambda a=a, b=b: torch.add(a, b), 5, number)
+        dev = best_of(lambda da=da, db=db: torch.add(da, db), 5, number)
         out[label] = {"cpu_s": cpu, "openreg_s": dev, "ratio": dev / cpu}
     return out
 
@@ -81,7 +81,8 @@ def autoload_ms(runs=15):
 def cold_build_s():
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "openreg"
-        shutil.copytree(REPO / "backends" / "openreg", src, ignore=shutil.ignore_patterns("build", "*.egg-info", "*.so"))
+        shutil.copytree(REPO / "backends" / "openreg", src,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "*.so"))
         env = {**os.environ, "MAX_JOBS": "2", "CCACHE_DISABLE": "1"}
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",

@@ -65,7 +65,7 @@ def record(python: Path, nights: int, out: Path) -> None:
             print(f"night {night + 1}/{nights}: {walls[-1]:.0f} s", flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
-        "recorded": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": platform.node(),
+        "recorded": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "machine": platform.node(),
         "how": f"{nights} runs of runner/probes/bench.py on OpenReg, back to back, as the bench stage runs it",
         "wall_s": [round(w, 1) for w in walls], "series": series}, indent=1) + "\n")
     print(f"wrote {out}")

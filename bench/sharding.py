@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ootci.runner.records import record_files  # noqa: E402
 from ootci.runner.models import Outcome  # noqa: E402
+from ootci.runner.records import record_files  # noqa: E402
 
 OOTCI = Path(sys.executable).with_name("ootci")
 
@@ -72,7 +72,8 @@ def main() -> None:
     parts = sorted(records(root / "shards"), key=lambda r: int(r.shard.split("/")[0]))
     [merged] = records(root / "merged")
 
-    print(f"\n{'run':<10} {'tests':>6} {'integration s':>14} {'torch+build+install+autoload s':>31} {'ootci run wall s':>17}")
+    print(f"\n{'run':<10} {'tests':>6} {'integration s':>14} {'torch+build+install+autoload s':>31} "
+          f"{'ootci run wall s':>17}")
     setup = ("torch", "build", "install", "autoload")
     rows = [("whole", whole), *((p.shard, p) for p in parts)]
     for name, record in rows:

@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ootci.runner.torch_supply import envs  # noqa: E402
 from ootci.runner.core import procs  # noqa: E402
+from ootci.runner.torch_supply import envs  # noqa: E402
 
 TORCH = "torch==2.13.0"
 BACKENDS = {
@@ -42,13 +42,15 @@ def openreg_wheel(layer: envs.Env) -> Path:
     h = hashlib.sha256()
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).parts
-        if path.is_file() and "build" not in rel and "__pycache__" not in rel and not any(p.endswith(".egg-info") for p in rel):
+        if (path.is_file() and "build" not in rel and "__pycache__" not in rel
+                and not any(p.endswith(".egg-info") for p in rel)):
             h.update("/".join(rel).encode() + b"\0" + path.read_bytes())
     wheels = envs.cache_root() / "wheels" / f"openreg-{h.hexdigest()[:16]}"
     wheels.mkdir(parents=True, exist_ok=True)
     if not list(wheels.glob("*.whl")):
         print("building the OpenReg wheel ...", flush=True)
-        built = procs.run(envs.pip_argv(layer, "wheel", "--no-build-isolation", "--no-deps", str(root), "-w", str(wheels)),
+        built = procs.run(envs.pip_argv(layer, "wheel", "--no-build-isolation", "--no-deps", str(root), "-w",
+                                        str(wheels)),
                           timeout=3600, env=dict(os.environ, MAX_JOBS="2"))
         if not built.ok:
             sys.exit(f"OpenReg wheel build failed:\n{built.output_tail[-2000:]}")

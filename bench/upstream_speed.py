@@ -84,7 +84,7 @@ def main() -> None:
         walls, cpus = [w for w, _, _ in runs], [c for _, c, _ in runs]
         print(f"{name:15} wall median {statistics.median(walls):6.1f} s (min {min(walls):.1f}, max {max(walls):.1f})"
               f"   CPU median {statistics.median(cpus):6.1f} s   exit {runs[-1][2]}")
-    ratios = [s[0] / p[0] for p, s in zip(rows["plain pytest"], rows["upstream stage"])]
+    ratios = [s[0] / p[0] for p, s in zip(rows["plain pytest"], rows["upstream stage"], strict=True)]
     print(f"stage / plain wall, round by round: {', '.join(f'{r:.2f}' for r in ratios)}; "
           f"median {statistics.median(ratios):.2f} (goal <= 1.5)")
 

@@ -26,9 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 os.environ.setdefault("OOTCI_CACHE", str(REPO / ".cache" / "ootci"))
 
-from ootci.runner.torch_supply import envs  # noqa: E402
-from ootci.runner.core import procs  # noqa: E402
 from support.fixture_backends import build_wheels, manifest_path  # noqa: E402
+
+from ootci.runner.core import procs  # noqa: E402
+from ootci.runner.torch_supply import envs  # noqa: E402
 
 OOTCI = Path(sys.executable).with_name("ootci")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from ootci.dashboard.records import FAILING
 from ootci.dashboard.store import Index, Run
@@ -126,7 +127,7 @@ def flaky(index: Index, runs: list[Run], window: int = FLAKY_WINDOW) -> list[Fla
     for test in sorted(candidates):
         states = []
         flaky_runs = failed_runs = 0
-        for n, tests in zip(notable, ran):
+        for n, tests in zip(notable, ran, strict=True):
             outcome = n.get(test)
             if outcome is None:
                 if test not in tests:
@@ -135,7 +136,7 @@ def flaky(index: Index, runs: list[Run], window: int = FLAKY_WINDOW) -> list[Fla
             flaky_runs += outcome == "flaky"
             failed_runs += outcome in FAILING
             states.append(outcome in FAILING)
-        flips = sum(1 for a, b in zip(states, states[1:]) if a != b)
+        flips = sum(1 for a, b in pairwise(states) if a != b)
         stretches = sum(1 for i, bad in enumerate(states) if bad and (i == 0 or not states[i - 1]))
         if flaky_runs or stretches >= 2:
             found.append(Flaky(test, flaky_runs, failed_runs, len(states), flips,

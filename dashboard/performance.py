@@ -224,7 +224,8 @@ def chart(c: Chart, hrefs: dict[int, str], width: int = 360, height: int = 110) 
              f'aria-label="{esc(c.measurement)}: {esc(c.label)} per run">']
     for v in (low + (high - low) * 0.1, high - (high - low) * 0.1):
         parts.append(f'<line class="grid" x1="{pad_l}" x2="{width - pad_r}" y1="{y(v):.1f}" y2="{y(v):.1f}"/>'
-                     f'<text x="{pad_l - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{esc(axis_label(c.metric, v))}</text>')
+                     f'<text x="{pad_l - 4}" y="{y(v) + 4:.1f}" text-anchor="end">'
+                     f'{esc(axis_label(c.metric, v))}</text>')
     index = {run.id: i for i, (run, _, _) in enumerate(c.points)}
     for shift in c.shifts:
         at = (x(index[shift.last_good.id]) + x(index[shift.first_bad.id])) / 2

@@ -13,16 +13,15 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from pydantic import TypeAdapter, ValidationError
-from typing_extensions import Required, TypedDict
-
-from ootci.runner.records import packed_tests, record_files
-from ootci.runner.models import BisectRecord, Outcome, RunRecord
-from ootci.runner.performance import series
+from typing_extensions import Required, TypedDict  # noqa: UP035 - pydantic takes TypedDict from here before 3.12
 
 from ootci.dashboard import upstream
+from ootci.runner.models import BisectRecord, Outcome, RunRecord
+from ootci.runner.performance import series
+from ootci.runner.records import packed_tests, record_files
 
 RECORD_NAME = record_files.RECORD_NAME
 BISECT_NAME = record_files.BISECT_NAME
@@ -181,13 +180,16 @@ def pass_rate(counts: dict[str, int]) -> float | None:
 # A run page or a digest reads a run's 2,000-odd tests. Validating them into TestResult
 # models costs ~6 ms a run; into plain dicts, against the same field types, ~2 ms.
 
-OutcomeName = Literal[tuple(o.value for o in Outcome)]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # a Literal spelled from the enum is pydantic's to read, not mypy's
+    OutcomeName = str
+else:
+    OutcomeName = Literal[tuple(o.value for o in Outcome)]
 
 
 # runner.models.TestResult as a dict (tests/dashboard/test_dashboard_build.py keeps the two alike).
-# Spelled as a call: under `from __future__ import annotations` the class syntax would
-# leave Required[...] as strings that TypedDict does not see.
-TestRow = TypedDict("TestRow", {
+# Spelled as a call (ruff's UP013 would make it a class): under `from __future__ import annotations`
+# the class syntax would leave Required[...] as strings that TypedDict does not see.
+TestRow = TypedDict("TestRow", {  # noqa: UP013
     "id": Required[str], "suite": Required[str], "outcome": Required[OutcomeName], "duration_s": float,
     "message": str, "log_tail": str, "attempts": int, "op": str | None, "dtype": str | None,
 }, total=False)
@@ -228,7 +230,8 @@ def load_tests(record_path: Path, record: RunRecord) -> list[TestRow]:
 
 
 def _inline_rows(record: RunRecord) -> list[TestRow]:
-    return [t.model_dump(mode="json") for t in record.tests]
+    # A TestResult dumped is a TestRow (tests/dashboard/test_dashboard_build.py keeps the two alike).
+    return cast(list[TestRow], [t.model_dump(mode="json") for t in record.tests])
 
 
 REASON_CHARS = 300  # of an expected failure's message, on the backend page
@@ -358,7 +361,7 @@ def _iso(moment) -> str:
     return moment.isoformat(timespec="seconds") + "Z"
 
 
-_UTC = dt.timezone.utc
+_UTC = dt.UTC
 
 # Testsets this worker process already sent to the index; reset per build (pool initializer).
 _worker_seen: set[str] = set()

@@ -11,6 +11,8 @@ import datetime as dt
 import html
 import json
 import operator
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import jinja2
 from markupsafe import Markup, escape
@@ -216,9 +218,9 @@ def _status(status: str) -> str:
 # End tags of cells and rows are optional in HTML; leaving them out keeps a page of
 # thousands of tests a third smaller. Styling keys off data-outcome and column order.
 
-def test_rows(tests: list[dict]) -> Markup:
+def test_rows(tests: Sequence[Mapping[str, Any]]) -> Markup:
     """Rows for dashboard.records.TestRow dicts (fields at their default may be absent)."""
-    out = []
+    out: list[str] = []
     append = out.append
     esc = html.escape  # 2x faster than markupsafe's escape, which wraps every result in Markup
     suites: dict[str, str] = {}
@@ -244,15 +246,19 @@ def test_rows(tests: list[dict]) -> Markup:
     return Markup("\n".join(out))
 
 
-def sorted_tests(tests: list[dict]) -> tuple[list[dict], list[tuple[str, int]]]:
+_Row = TypeVar("_Row", bound=Mapping[str, Any])  # a TestRow, or a plain dict of one
+
+
+def sorted_tests(tests: list[_Row]) -> tuple[list[_Row], list[tuple[str, int]]]:
     """Tests in page order (worst outcome first, then by id), and (outcome, count) in that order."""
-    buckets: dict[str, list[dict]] = {}
+    buckets: dict[str, list[_Row]] = {}
     for t in tests:
         bucket = buckets.get(t["outcome"])
         if bucket is None:
             bucket = buckets[t["outcome"]] = []
         bucket.append(t)
-    ordered, counts = [], []
+    ordered: list[_Row] = []
+    counts: list[tuple[str, int]] = []
     by_id = operator.itemgetter("id")
     for outcome in sorted(buckets, key=lambda o: (_RANK.get(o, len(_RANK)), o)):
         bucket = sorted(buckets[outcome], key=by_id)
@@ -334,4 +340,4 @@ def dumps(data) -> str:
 
 
 def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

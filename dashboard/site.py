@@ -22,13 +22,22 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ootci.runner.history import history_store
+from ootci.dashboard import analysis, performance, records, render, upstream
+from ootci.dashboard.records import (
+    BadRecord,
+    Digest,
+    FoundFile,
+    discover,
+    load,
+    load_tests,
+    reset_worker,
+    summarize,
+    summarize_file,
+)
+from ootci.dashboard.store import Index, Run, safe_name
 from ootci.runner import models
 from ootci.runner.core import procs
-
-from ootci.dashboard import analysis, performance, records, render, upstream
-from ootci.dashboard.records import BadRecord, Digest, FoundFile, discover, load, load_tests, reset_worker, summarize, summarize_file
-from ootci.dashboard.store import Index, Run, safe_name
+from ootci.runner.history import history_store
 
 STAMP = ".ootci-build.json"
 # Two weeks of nights: 100 backends' pages stay well under GitHub Pages' 1 GB (docs/dashboard.md).
@@ -81,6 +90,8 @@ def build(data_dir: Path, site: Path, *, state: Path | None = None, run_pages: i
 
 
 class _Build:
+    background_cleanup = False  # build() says otherwise
+
     def __init__(self, data_dir: Path, site: Path, index: Index, run_pages: int | None, jobs: int | None,
                  rebuild: bool, warn):
         self.data_dir, self.site, self.index = data_dir, site, index
@@ -164,7 +175,7 @@ class _Build:
         changed = [f for f in found if known.get(f.rel, (None, None, None))[1:] != (f.mtime_ns, f.size)]
         for rel in sorted(set(known) - present):
             self._forget(rel)
-        for result, f in zip(self._summaries(changed), changed):
+        for result, f in zip(self._summaries(changed), changed, strict=True):
             if isinstance(result, str):
                 self.report.skipped.append(result)
                 self.warn(f"skipped {result}")
@@ -460,7 +471,7 @@ class _RunPages:
         self.pool = None
         if len(work) >= 8 and jobs > 1:
             self.pool = ProcessPoolExecutor(min(jobs, len(work)), initializer=reset_worker)
-            self.results = self.pool.map(write_run_page_in_worker, *zip(*work), chunksize=4)
+            self.results = self.pool.map(write_run_page_in_worker, *zip(*work, strict=True), chunksize=4)
         else:
             self.results = iter([write_run_page(*w) for w in work])
 
@@ -601,14 +612,15 @@ def artifacts_link(record: models.RunRecord, now: dt.datetime | None = None) -> 
     """Where the logs the history does not keep are: the CI run's artifacts, until they expire."""
     if not record.ci_run_url:
         return None
-    started = record.started_at if record.started_at.tzinfo else record.started_at.replace(tzinfo=dt.timezone.utc)
+    started = record.started_at if record.started_at.tzinfo else record.started_at.replace(tzinfo=dt.UTC)
     until = started + dt.timedelta(days=history_store.ARTIFACT_RETENTION_DAYS)
     return {"url": record.ci_run_url, "until": f"{until:%Y-%m-%d}",
-            "expired": (now or dt.datetime.now(dt.timezone.utc)) >= until}
+            "expired": (now or dt.datetime.now(dt.UTC)) >= until}
 
 
-def write_run_page_in_worker(*args) -> tuple[str | None, list[str], Digest | None]:
-    return write_run_page(*args, in_worker=True)
+def write_run_page_in_worker(data_dir: str, rel: str, staging: str, base: str, backend_href: str,
+                             with_ops: bool = True) -> tuple[str | None, list[str], Digest | None]:
+    return write_run_page(data_dir, rel, staging, base, backend_href, with_ops, in_worker=True)
 
 
 def _replace(path: Path) -> None:
@@ -621,7 +633,7 @@ def _replace(path: Path) -> None:
 
 def link_tree(source: Path, target: Path) -> None:
     """Copy a directory tree as hard links (a copy where links are not possible)."""
-    for dirpath, dirnames, filenames in os.walk(source):
+    for dirpath, _dirnames, filenames in os.walk(source):
         rel = os.path.relpath(dirpath, source)
         dest = target / rel if rel != "." else target
         dest.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ import json
 import re
 import sqlite3
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -149,7 +150,7 @@ class Index:
         self.set_meta("index_version", INDEX_VERSION)
         self._testsets: dict[str, frozenset[str]] = {}
         # rel -> Digest of that run's tests, or None when they cannot be read; set by the builder.
-        self.digester = None
+        self.digester: Callable[[str], Digest | None] | None = None
 
     def _current(self) -> bool:
         try:
@@ -201,6 +202,7 @@ class Index:
              s.pass_rate, s.stages_json, s.counts_json, s.notable_zjson, s.testset, s.problems_json, slug,
              s.bench_json, s.upstream_json))
         if s.digest is not None:
+            assert cursor.lastrowid is not None  # an INSERT sets it
             self.set_digest(cursor.lastrowid, s.digest)
         return Run(old) if old is not None else None
 

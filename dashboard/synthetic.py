@@ -21,7 +21,6 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ootci.runner.records import packed_tests, record_files
 from ootci.runner.models import (
     SUITES,
     Outcome,
@@ -33,13 +32,14 @@ from ootci.runner.models import (
     TorchInfo,
     overall_status,
 )
+from ootci.runner.records import packed_tests, record_files
 
 STAGES = ("torch", "build", "install", "autoload", "smoke", "integration")
 OPS = ("add", "sub", "mul", "div", "matmul", "softmax", "relu", "sum", "mean", "max",
        "cat", "index_select", "conv2d", "layer_norm", "gelu", "exp", "log", "sqrt",
        "topk", "sort", "where", "clamp", "abs", "neg")
 DTYPES = ("float32", "float16", "bfloat16", "int64")
-EPOCH = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+EPOCH = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.UTC)
 
 
 def torch_commit(day: int) -> str:
@@ -196,6 +196,7 @@ def build_record(sc: Scenario, day: int, *, tests_per_op: int = 1, trigger: str 
 
 
 def _suite_tests(sc: Scenario, suite: str, rng: random.Random, red: bool, tests_per_op: int) -> list[TestResult]:
+    specs: list[tuple[str, str | None, str | None]]
     if suite == "smoke":
         specs = [(tid, None, None) for tid in smoke_ids()]
     else:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ootci.runner import __version__
-from ootci.runner.manifests import registry
 from ootci.runner.core.errors import OotciError
+from ootci.runner.manifests import registry
 
 # Each command, and the module of `runner.commands` that registers it (`register(subparsers)`
 # adds its parser and sets `func`), in the order `ootci --help` lists them. A call imports only
@@ -84,7 +84,7 @@ def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     merge ...`), or parser itself where none was chosen."""
     while True:
         subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-        chosen = subs.choices.get(getattr(args, subs.dest, None)) if subs else None
+        chosen = subs.choices.get(getattr(args, subs.dest, None) or "") if subs else None
         if chosen is None:
             return parser
         parser = chosen

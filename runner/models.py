@@ -162,7 +162,8 @@ class RunRecord(_Model):
     interrupted: str | None = Field(default=None, description="signal or reason when the run was cut short")
     stages: list[StageResult] = Field(default_factory=list)
     tests: list[TestResult] = Field(
-        default_factory=list, description="every test; on disk they live in `tests_file` (see runner/records/record_files.py)"
+        default_factory=list,
+        description="every test; on disk they live in `tests_file` (see runner/records/record_files.py)"
     )
     tests_file: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$",
@@ -360,7 +361,8 @@ class Predicate(_Model):
 
     stage: str = Field(description="the first stage that failed in the bad run")
     tests: dict[str, list[str]] = Field(default_factory=dict,
-                                        description="suite -> test ids that passed in the good run and failed in the bad one")
+                                        description="suite -> test ids that passed in the good run and failed in "
+                                                    "the bad one")
     cause: str = Field(default="", description="the bad run's root cause, for people")
     measurement: str | None = Field(default=None, description="a bench measurement that got slower: a step is bad when "
                                     "its rounds lie nearer the bad run's than the good run's (stage is then bench)")

@@ -36,12 +36,12 @@ from urllib.parse import urlsplit
 
 import requests
 
-from ootci.runner.performance import baseline as perf_baseline
-from ootci.runner.records import record_files
 from ootci.runner.core.errors import RelayError, UsageError
 from ootci.runner.core.http import GaveUp, Retry, Tried, excerpt, send
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import COMMIT_SHA, DELIVERY_ID, Outcome, RunRecord
+from ootci.runner.performance import baseline as perf_baseline
+from ootci.runner.records import record_files
 
 AUDIENCE = "pytorch-cross-repo-ci-relay"
 """The audience the relay verifies OIDC tokens for (utils/jwt_helper.py, AUDIENCE)."""
@@ -253,8 +253,8 @@ def select(labels: Iterable[str], manifests: list[Manifest], default: str,
 
 
 def plan(dispatch: Dispatch, manifests: list[Manifest], default: str = "none", gate: str = GATE_LABEL) -> Plan:
-    base = dict(event_type=dispatch.event_type, delivery_id=dispatch.delivery_id, pr=dispatch.pr,
-                head_sha=dispatch.head_sha, base_sha=dispatch.base_sha)
+    base: dict[str, Any] = dict(event_type=dispatch.event_type, delivery_id=dispatch.delivery_id, pr=dispatch.pr,
+                                head_sha=dispatch.head_sha, base_sha=dispatch.base_sha)
     if dispatch.event_type != EVENT_TYPE:
         return Plan(action="ignore", reason=f"event {dispatch.event_type!r} is not a pull request", **base)
     if dispatch.action in CANCEL_ACTIONS:
@@ -290,7 +290,7 @@ class Workflow:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, name: str | None = None,
-                 job_name: str | None = None, check_run_id: str | None = None) -> "Workflow":
+                 job_name: str | None = None, check_run_id: str | None = None) -> Workflow:
         """GitHub's variables; check_run_id defaults to `<run_id>-<run_attempt>`, as the relay's own
         reporter does, which every job of one attempt shares."""
         env = os.environ if env is None else env
@@ -344,7 +344,7 @@ def not_the_prs_torch(workflow: Workflow, spec: str) -> Workflow:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def callback_body(envelope: dict[str, Any], status: str, conclusion: str | None, workflow: Workflow, *,
@@ -483,7 +483,8 @@ def post(url: str, body: dict[str, Any], token: str, *, retry: Retry = Retry(),
         # The relay refuses the same state twice: the try that got no clear answer was recorded.
         # Said in the log all the same, with the relay's own words.
         return Delivery(http_status=400, answer="already recorded", attempts=attempts,
-                        detail=f"an earlier attempt that got no clear answer had been recorded (the retry got {detail})")
+                        detail=f"an earlier attempt that got no clear answer had been recorded "
+                               f"(the retry got {detail})")
     raise RelayError(f"relay callback: {detail}")
 
 
@@ -566,7 +567,8 @@ def summarize(records: list[RunRecord], *, page_url: str | None = None, baseline
             "backend": backend, "status": record.status.value, "run_id": record.run_id,
             "torch": record.torch.version or record.torch.spec,
             "counts": {o.value: n for o, n in sorted(counts.items(), key=lambda kv: kv[0].value)},
-            "problem": " ".join(record.first_problem().split())[:300], "failing": len(failing), "failing_tests": failing,
+            "problem": " ".join(record.first_problem().split())[:300],
+            "failing": len(failing), "failing_tests": failing,
         }
         if backend in nightly:
             known = set(_failing(nightly[backend]))

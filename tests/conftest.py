@@ -75,8 +75,8 @@ def layer_torch(torch_layer) -> dict:
 @pytest.fixture(scope="session")
 def make_env(torch_layer, tmp_path_factory):
     """make_env(*pip_args) -> Env: a fresh venv over the torch layer with pip_args installed."""
-    from ootci.runner.torch_supply import envs
     from ootci.runner.core import procs
+    from ootci.runner.torch_supply import envs
 
     def make(*pip_args: str, name: str = "env"):
         env = envs.layered_env(torch_layer, tmp_path_factory.mktemp(name) / "venv")

@@ -132,7 +132,7 @@ def test_a_plain_install_builds_the_performance_section_and_says_what_to_install
 
     no_numpy = _run([installed["python"], "-c", "import numpy"], cwd=installed["cwd"], env=installed["env"])
     assert no_numpy.returncode != 0 and "No module named 'numpy'" in no_numpy.stderr
-    started = dt.datetime(2026, 11, 1, 3, 17, tzinfo=dt.timezone.utc)
+    started = dt.datetime(2026, 11, 1, 3, 17, tzinfo=dt.UTC)
     for day in range(6):
         device = 18_400 * (1.03 if day == 5 else 1.0)
         bench = StageResult(name="bench", status=Status.passed, data={

@@ -35,20 +35,22 @@ def test_makefile_has_both_targets():
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^demo: setup-demo$", makefile, re.M)  # no browser, no linter: only the tests use them
     assert re.search(r"^setup-demo:\n\t@bash scripts/setup.sh demo$", makefile, re.M)
-    assert re.search(r"^test: setup$", makefile, re.M)
+    assert re.search(r"^test: setup lint$", makefile, re.M)  # lint first: ruff, mypy, the target side's imports
     assert re.search(r"^setup:\n\t@bash scripts/setup.sh test$", makefile, re.M)
     assert "run openreg" in makefile and "dashboard build" in makefile
 
 
 def test_quick_start_says_what_make_test_costs_and_how_to_run_a_part():
     text = " ".join(section("Quick start").split())
-    for cost in ("20 minutes on a 2-core machine", "all but half a minute of them in pytest", "PYTEST_WORKERS=0", "5.4 GB each", "14 GB", "act", "Chromium"):
+    for cost in ("20 minutes on a 2-core machine", "all but half a minute of them in pytest", "PYTEST_WORKERS=0",
+                 "5.4 GB each", "14 GB", "act", "Chromium"):
         assert cost in text, cost
     # The way to run a part is documented, and works: the Makefile passes PYTEST_ARGS, the marker exists.
     assert "make test-fast" in text and "PYTEST_ARGS=tests/manifests/test_manifest.py" in text
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^\t\.venv/bin/python -m pytest -n \$\(PYTEST_WORKERS\) .*\$\(PYTEST_ARGS\)$", makefile, re.M)
-    assert re.search(r"^test-fast: setup\n\t\.venv/bin/python -m pytest .*-m \"not slow\" \$\(PYTEST_ARGS\)$", makefile, re.M)
+    assert re.search(r"^test-fast: setup lint\n\t\.venv/bin/python -m pytest .*-m \"not slow\" \$\(PYTEST_ARGS\)$",
+                     makefile, re.M)
     assert '"slow: ' in (REPO / "pyproject.toml").read_text()
 
 

@@ -22,20 +22,29 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ootci.runner.core import atomic
 from ootci.runner.bisection import bisect_candidates, bisect_search, slowdown
-from ootci.runner.records import record_files
-from ootci.runner.stages import sources
-from ootci.runner.torch_supply import torch_index, torchspec
-from ootci.runner.torch_supply.envs import cache_root, digest
+from ootci.runner.core import atomic
 from ootci.runner.core.errors import BisectError, GitError, TorchSpecError, UsageError
 from ootci.runner.core.git import git
 from ootci.runner.manifests.manifest import Manifest
-from ootci.runner.models import (SUITES, BisectCandidate, BisectRecord, BisectResult, BisectRound, BisectStep, Predicate,
-                     RunRecord, Status, Verdict)
+from ootci.runner.models import (
+    SUITES,
+    BisectCandidate,
+    BisectRecord,
+    BisectResult,
+    BisectRound,
+    BisectStep,
+    Predicate,
+    RunRecord,
+    Status,
+    Verdict,
+)
+from ootci.runner.records import record_files
+from ootci.runner.stages import STAGES, RunOptions, sources
 from ootci.runner.stages.pipeline import run_backend
 from ootci.runner.stages.report import Reporter
-from ootci.runner.stages import STAGES, RunOptions
+from ootci.runner.torch_supply import torch_index, torchspec
+from ootci.runner.torch_supply.envs import cache_root, digest
 from ootci.runner.torch_supply.torch_source import torch_repo
 
 BISECT_NAME = record_files.BISECT_NAME
@@ -88,7 +97,7 @@ class End:
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 # -- the ends -----------------------------------------------------------------------
@@ -291,7 +300,7 @@ class Bisection:
             if m.source.kind == "git":
                 self._history = (sources.clone(m, self.options.cache or cache_root(), log=self.dir / "git.log",
                                                timeout=m.timeouts.build), m.source.subdir)
-            elif m.source.kind == "path" and (found := sources.work_tree(m.source_dir())) is not None:
+            elif (directory := m.source_dir()) is not None and (found := sources.work_tree(directory)) is not None:
                 self._history = found
             else:
                 where = (f"source.path {m.source_dir()} is not in a git work tree" if m.source.kind == "path"
@@ -304,16 +313,17 @@ class Bisection:
 
     def end_runs(self) -> tuple[RunRecord, RunRecord]:
         """The good and bad ends as records: given, or run now (and kept for --resume)."""
-        records = []
+        records: list[RunRecord] = []
         for end, attr in ((self.good, "good_run"), (self.bad, "bad_run")):
             if end.record is None and getattr(self.state, attr):
                 end.record = find_record(str(self.dir / STEPS_DIR / getattr(self.state, attr)), [])
             if end.record is None:
                 manifest, torch, index = self.end_setup(end.given)
                 self.say(f"running the {attr[:-4]} end: {end.given}")
-                end.record = self.run(manifest, torch, index, None)
+                ran = self.run(manifest, torch, index, None)
                 # Reload: the tests live beside the record on disk.
-                end.record = find_record(str(self.dir / STEPS_DIR / end.record.run_id), [])
+                end.record = find_record(str(self.dir / STEPS_DIR / ran.run_id), [])
+                assert end.record is not None, f"the {attr[:-4]} end's record is not under {self.dir / STEPS_DIR}"
             setattr(self.state, attr, end.record.run_id)
             records.append(end.record)
         self.save()
@@ -477,7 +487,7 @@ class Bisection:
         bad_step = next((s for s in round_.steps if s.candidate == ended.first_bad and s.verdict is Verdict.bad), None)
         cause = bad_step.reason if bad_step else (self.state.predicate.cause if self.state.predicate else "")
         links = self.links(round_.axis, good, bad)
-        if ended.kind == "flaky":
+        if ended.kind == "flaky" and ended.flaky is not None:  # a flaky end names the candidate
             flaky = c[ended.flaky]
             verdicts = [s.verdict.value for s in round_.steps if s.candidate == ended.flaky]
             summary = (f"the failure is flaky at {flaky.label} (judged {' then '.join(verdicts)}): "
@@ -545,7 +555,8 @@ class Bisection:
                 self.say(f"the {name} run built {self.options.manifest.name} with uncommitted changes on top of "
                          f"{commit[:10]}: the backend axis walks the commits, without them")
         if axis == "backend":
-            return self.backend_round(backend_commit(good) or self.options.good, backend_commit(bad) or self.options.bad,
+            return self.backend_round(backend_commit(good) or self.options.good,
+                                      backend_commit(bad) or self.options.bad,
                                       self.fixed_torch())
         return self.torch_round(good, bad, backend_commit(good), check_bad_end=(axis == "both"))
 
@@ -555,7 +566,8 @@ class Bisection:
             return None
         if done.axis == "torch" and result.kind == "cleared":
             return self.backend_round(backend_commit(good) or "", backend_commit(bad) or "", torch_spec_of(bad))
-        if done.axis == "torch" and result.kind == "found" and self.options.commits:
+        if (done.axis == "torch" and result.kind == "found" and self.options.commits
+                and result.last_good is not None and result.first_bad is not None):  # a found end names both
             last_good, first_bad = done.candidates[result.last_good], done.candidates[result.first_bad]
             if last_good.commit and first_bad.commit and last_good.commit != first_bad.commit:
                 return self.commit_round(last_good, first_bad, done.fixed, done.backend_commit)

@@ -98,7 +98,8 @@ def judge(result: StageResult, predicate: Predicate) -> tuple[Verdict, str]:
     good, bad = statistics.median(predicate.good_ratios), statistics.median(predicate.bad_ratios)
     nearer_bad = _nearer_bad(found, good, bad)
     median = statistics.median(found)
-    said = f"{measurement} {median:.3g} (good {good:.3g}, bad {bad:.3g}; {nearer_bad} of {len(found)} rounds nearer bad)"
+    said = (f"{measurement} {median:.3g} (good {good:.3g}, bad {bad:.3g}; "
+            f"{nearer_bad} of {len(found)} rounds nearer bad)")
     verdict = _verdict(nearer_bad, len(found))
     return verdict, (said if verdict is not Verdict.skip else f"too noisy to decide: {said}")
 

@@ -24,7 +24,8 @@ def code(text: object) -> str:
 
 
 def _output(**values: str) -> None:
-    append_to_github_file("GITHUB_OUTPUT", "".join(f"{key.replace('_', '-')}={value}\n" for key, value in values.items()))
+    append_to_github_file("GITHUB_OUTPUT",
+                          "".join(f"{key.replace('_', '-')}={value}\n" for key, value in values.items()))
 
 
 def markdown(record: BisectRecord, artifact: str | None) -> str:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from ootci.runner.bisection import bisect, bisect_search, slowdown
 from ootci.runner.commands import torch_options
-from ootci.runner.manifests import registry
 from ootci.runner.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, OotciError, OutputError, UsageError
+from ootci.runner.manifests import registry
 from ootci.runner.models import SUITES, RunRecord, Status
-from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers
 from ootci.runner.records.record_files import find_runs
+from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers
 from ootci.runner.verification.verify import import_cost_runs
 
 
@@ -29,8 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: the nightlies or releases the index lists between the ends)")
     p.add_argument("--commits", action="store_true",
                    help="torch axis: then walk the PyTorch commits between the two adjacent torches found")
-    torch_options.add_torch_source(p, index_help="package index of the torches (nightlies: default PyTorch's nightly index)",
-                                   repo_help="PyTorch git repository for --commits (a local directory is read as it is)")
+    torch_options.add_torch_source(
+        p, index_help="package index of the torches (nightlies: default PyTorch's nightly index)",
+        repo_help="PyTorch git repository for --commits (a local directory is read as it is)")
     p.add_argument("--torch", metavar="SPEC", help="backend axis: the torch every step uses "
                    "(default: the bad run's, else the manifest's [ci] torch)")
     p.add_argument("--suites", default="smoke,integration",
@@ -107,14 +108,16 @@ def _from_history(backend: str, runs: list[Path], good: str | None, bad: str | N
     if pair is None:
         missing = [flag for flag, given in (("--good X", good), ("--bad Y", bad)) if not given]
         raise UsageError(f"{' and '.join(f.split()[0] for f in missing)} not given, and no red run after a green one "
-                         f"of {backend} under {', '.join(map(str, runs))} to take {'it' if len(missing) == 1 else 'them'}"
+                         f"of {backend} under {', '.join(map(str, runs))} to take "
+                         f"{'it' if len(missing) == 1 else 'them'}"
                          f" from: give {' '.join(missing)}")
     return good or pair[0].run_id, bad or pair[1].run_id
 
 
 def _slowdown_from_history(backend: str, runs: list[Path], good: str | None, bad: str | None,
                            measurement: str) -> tuple[str, str]:
-    """The runs either side of the open regression of `measurement` (`ootci perf`), where --good/--bad were not given."""
+    """The runs either side of the open regression of `measurement` (`ootci perf`), where --good/--bad were
+    not given."""
     from ootci.runner.performance import regressions
 
     found = [r for root in runs if root.is_dir() for r in regressions.find(root, {backend}).regressions

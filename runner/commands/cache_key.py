@@ -27,10 +27,10 @@ import argparse
 import platform
 
 from ootci.runner.commands import torch_options
-from ootci.runner.torch_supply import envs, torch_acquire, torchspec
-from ootci.runner.manifests import registry
-from ootci.runner.torch_supply.envs import cache_root
 from ootci.runner.core.errors import UsageError
+from ootci.runner.manifests import registry
+from ootci.runner.torch_supply import envs, torch_acquire, torchspec
+from ootci.runner.torch_supply.envs import cache_root
 
 TRIGGERS = ("manual", "nightly", "pr")
 

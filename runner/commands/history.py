@@ -11,11 +11,10 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-
-from ootci.runner.history import history_store
-from ootci.runner.core.errors import OutputError, UsageError
 from ootci.runner.commands import history_collect
 from ootci.runner.commands.dashboard import accepted_from, add_accepted
+from ootci.runner.core.errors import OutputError, UsageError
+from ootci.runner.history import history_store
 from ootci.runner.history.data_branch import pull, push
 from ootci.runner.history.merging import merge, merge_bisections
 from ootci.runner.history.missing_runs import MISSING_WHY, fill_missing, read_matrix
@@ -112,9 +111,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
         raise UsageError(f"history prune: {args.runs} is not a directory")
     if args.keep_results_days < 1:
         raise UsageError(f"--keep-results-days: must be at least 1, not {args.keep_results_days}")
-    now = dt.datetime.fromisoformat(args.now) if args.now else dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.fromisoformat(args.now) if args.now else dt.datetime.now(dt.UTC)
     if now.tzinfo is None:
-        now = now.replace(tzinfo=dt.timezone.utc)
+        now = now.replace(tzinfo=dt.UTC)
     pruned = history_store.prune(args.runs, keep_results_days=args.keep_results_days, now=now)
     print(f"ootci: history {args.runs}: test lists of {len(pruned.results)} run(s) older than "
           f"{args.keep_results_days} days removed, {len(pruned.testsets)} unused test set(s), "

@@ -23,9 +23,9 @@ import os
 from pathlib import Path
 
 from ootci.runner.core.errors import GitHubError, OutputError, UsageError
-from ootci.runner.history.github_artifacts import REPOSITORY_ENV, GitHub
 from ootci.runner.core.http import Retry
 from ootci.runner.history.collect import DEFAULT_PREFIX, DEFAULT_SINCE_HOURS, LEDGER, collect, parse_now
+from ootci.runner.history.github_artifacts import REPOSITORY_ENV, GitHub
 from ootci.runner.stages.report import append_to_github_file
 
 

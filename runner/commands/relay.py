@@ -14,13 +14,13 @@ import re
 import sys
 from pathlib import Path
 
-from ootci.runner.manifests import registry
 from ootci.runner import relay
+from ootci.runner.commands.registry import matrix_entries
 from ootci.runner.core.errors import OotciError, RelayError, UsageError
 from ootci.runner.core.http import Retry
+from ootci.runner.manifests import registry
 from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
 from ootci.runner.stages.report import append_to_github_file, escape_workflow_command
-from ootci.runner.commands.registry import matrix_entries
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,7 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--page-url", metavar="URL", help="the page showing this run (in test_results)")
     rp.add_argument("--torch-instead", metavar="SPEC",
                     help="the torch that ran instead of the PR's build (a repository's OOTCI_PR_TORCH): named in "
-                         "the check's name, in test_results and in the log, so that no report passes it off as the PR's")
+                         "the check's name, in test_results and in the log, so that no report passes it off as "
+                         "the PR's")
     rp.add_argument("--url", metavar="URL", help=f"the relay's callback URL (default: ${relay.CALLBACK_URL_ENV}; "
                                                  "without one nothing is sent)")
     rp.add_argument("--check-run-id", metavar="ID", help="default: $OOTCI_CHECK_RUN_ID, else "

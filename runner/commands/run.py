@@ -7,15 +7,15 @@ import re
 import sys
 from pathlib import Path
 
-from ootci.runner.manifests import registry
-from ootci.runner.torch_supply import torch_acquire, torchspec
 from ootci.runner.commands import torch_options, upstream_options
 from ootci.runner.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, OutputError, UsageError
-from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers, run_backend
+from ootci.runner.manifests import registry
 from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
+from ootci.runner.stages import SUITE_STAGES, RunOptions, bench
+from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers, run_backend
 from ootci.runner.stages.report import Reporter
 from ootci.runner.suite_runs.shards import check_group, default_group, parse_shard
-from ootci.runner.stages import SUITE_STAGES, RunOptions, bench
+from ootci.runner.torch_supply import torch_acquire, torchspec
 from ootci.runner.verification.verify import import_cost_runs
 
 
@@ -111,13 +111,14 @@ def preflight(options: RunOptions) -> torch_acquire.TorchPlan:
     plan = torch_acquire.plan(spec, dry_run=True, index_url=options.index_url,
                               python=options.python if spec.kind == "installed" else None,
                               cache=options.cache, jobs=options.jobs, torch_repo=options.torch_repo)
-    torch_acquire.check_version_available(plan, cache=options.cache)  # --torch 9.9.9: refused here, not by pip in a stage
+    # --torch 9.9.9: refused here, not by pip in a stage.
+    torch_acquire.check_version_available(plan, cache=options.cache)
     return plan
 
 
 def print_plan(manifests, options: RunOptions, plan: torch_acquire.TorchPlan) -> None:
-    from ootci.runner.stages.pipeline import skip_reason, wanted
     from ootci.runner.stages import STAGES
+    from ootci.runner.stages.pipeline import skip_reason, wanted
 
     print(f"torch {options.torch}:")
     for step in plan.steps:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ootci.runner.bisection import summary as bisection_summary
 from ootci.runner.models import RunRecord, Status, worst_of
 from ootci.runner.records.record_files import find_runs
-from ootci.runner.bisection import summary as bisection_summary
 from ootci.runner.stages.report import ICONS, append_to_github_file, artifact_name
 
 NO_RUNS = Status.missing.value
@@ -48,7 +48,8 @@ def markdown_table(records: list[RunRecord], rejected: int) -> str:
         lines += ["| backend | status | torch | trigger | first problem | run |", "|---|---|---|---|---|---|"]
         for r in sorted(records, key=lambda r: (r.backend, r.run_id)):
             trigger = f"pr #{r.pr}" if r.trigger == "pr" and r.pr else r.trigger
-            lines.append(f"| {r.backend} | {ICONS[r.status]} {r.status.value} | {_cell(r.torch.version or r.torch.spec)} "
+            lines.append(f"| {r.backend} | {ICONS[r.status]} {r.status.value} "
+                         f"| {_cell(r.torch.version or r.torch.spec)} "
                          f"| {trigger} | {_cell(r.first_problem())} | `{r.run_id}` |")
     else:
         lines.append("No run records were written: see the log of the run step.")

@@ -11,15 +11,15 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from ootci.runner.torch_supply import envs
-from ootci.runner.records import record_files
-from ootci.runner.manifests import registry
-from ootci.runner.suite_runs import suite_runner
-from ootci.runner.core.errors import EXIT_FAILED, TargetEnvironmentError, UsageError
-from ootci.runner.models import RunRecord, Status, TorchInfo
 from ootci.runner.commands import upstream_options
+from ootci.runner.core.errors import EXIT_FAILED, TargetEnvironmentError, UsageError
+from ootci.runner.manifests import registry
+from ootci.runner.models import RunRecord, Status, TorchInfo
+from ootci.runner.records import record_files
 from ootci.runner.stages import upstream
 from ootci.runner.stages.base import RunContext, RunOptions
+from ootci.runner.suite_runs import suite_runner
+from ootci.runner.torch_supply import envs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +70,7 @@ def cmd_test(args: argparse.Namespace) -> int:
                          f"or name the files with --upstream-files")
     # For the record only: whether that torch imports, the suite says (it imports it first).
     info = envs.torch_found(python)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     record = RunRecord(
         run_id=f"test-{manifest.name}-{now:%Y%m%dT%H%M%S}", backend=manifest.name, device=manifest.device,
         torch=TorchInfo(spec="installed", version=info.get("version"), git_version=info.get("git_version"),
@@ -95,7 +95,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         result = suite_runner.run_stage(ctx, stage, specs)
     record.stages.append(result)
     record.status = result.status
-    record.finished_at = dt.datetime.now(dt.timezone.utc)
+    record.finished_at = dt.datetime.now(dt.UTC)
     record_files.write(args.out, record)
     _print(result, record)
     return 0 if result.status.ok else EXIT_FAILED

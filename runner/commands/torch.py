@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 from ootci.runner.commands import torch_options
+from ootci.runner.core.errors import UsageError
 from ootci.runner.torch_supply import envs, torch_acquire, torch_index, torch_source, torchspec
 from ootci.runner.torch_supply.envs import cache_root
-from ootci.runner.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +45,7 @@ def cmd_torch(args: argparse.Namespace) -> int:
     if spec.kind == "installed" and not args.dry_run:
         # Nothing to acquire: say which torch that environment has (exit 7 if none), read as the
         # torch stage reads it for --torch installed, without importing it.
+        assert plan.source is not None  # an installed torch's plan names its interpreter
         info = envs.torch_found(plan.source)
         plan.version, plan.commit = info["version"], info["git_version"]
     placed = None

@@ -6,10 +6,17 @@ import argparse
 import json
 from pathlib import Path
 
-from ootci.runner.manifests import registry
 from ootci.runner.core.errors import EXIT_FAILED, UsageError
+from ootci.runner.manifests import registry
 from ootci.runner.models import Status
-from ootci.runner.verification.verify import DEFAULT_RUNS, DEFAULT_TIMEOUT, RUNS_VARIABLE, Verification, import_cost_runs, verify
+from ootci.runner.verification.verify import (
+    DEFAULT_RUNS,
+    DEFAULT_TIMEOUT,
+    RUNS_VARIABLE,
+    Verification,
+    import_cost_runs,
+    verify,
+)
 
 _MARKS = {Status.passed: "ok", Status.failed: "FAIL", Status.crashed: "CRASH", Status.timeout: "HANG",
           Status.skipped: "skip", Status.blocked: "-"}
@@ -18,7 +25,8 @@ _MARKS = {Status.passed: "ok", Status.failed: "FAIL", Status.crashed: "CRASH", S
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="check that `import torch` autoloads a backend and its device works",
                        description="Run the autoload probes in fresh interpreters of the environment under test.")
-    p.add_argument("--python", required=True, type=Path, help="interpreter (or venv directory) of the environment under test")
+    p.add_argument("--python", required=True, type=Path,
+                   help="interpreter (or venv directory) of the environment under test")
     p.add_argument("--backend", help="registered backend name or backend.toml path (default: every installed "
                                      "torch.backends entry point)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ootci.runner.models import RootCause
     from ootci.runner.core.procs import ProcResult
+    from ootci.runner.models import RootCause
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ootci.runner.core import procs
 from ootci.runner.core.errors import GitError

@@ -104,6 +104,7 @@ def retrying(attempt: Callable[[], T], *, retry: Retry, sleep: Callable[[float],
     again, any other exception is raised at once."""
     attempts = max(1, retry.attempts)
     may_have_landed = False
+    cause: Exception
     for number in range(1, attempts + 1):
         retry_after = None
         try:

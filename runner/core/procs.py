@@ -17,10 +17,10 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 TAIL_BYTES = 64 * 1024
 CHUNK_BYTES = 64 * 1024
@@ -107,7 +107,7 @@ def kill_all() -> None:
 
 
 def run(
-    argv: Sequence[str | os.PathLike],
+    command: Sequence[str | os.PathLike[str]],
     *,
     timeout: float | None,
     log: Path | None = None,
@@ -121,7 +121,7 @@ def run(
     """Run argv to completion or timeout; stdout and stderr are merged, unless
     separate_stderr: then output_tail is stdout alone (for a caller that parses it) and
     stderr_tail is stderr (both still go to the log, and only stdout to on_line)."""
-    argv = [os.fspath(a) for a in argv]
+    argv = [os.fspath(a) for a in command]
     start = time.monotonic()
     log_file = open(log, "ab") if log else None
     if log_file:
@@ -252,7 +252,7 @@ def start_detached(argv: Sequence[str | os.PathLike]) -> None:
                      stderr=subprocess.DEVNULL, start_new_session=True)
 
 
-def python_argv(python: Path | str, *args: str) -> list[str]:
+def python_argv(python: str | os.PathLike[str], *args: str) -> list[str]:
     # -X utf8 keeps output decoding predictable whatever the locale of the runner.
     return [os.fspath(python), "-X", "utf8", *args]
 

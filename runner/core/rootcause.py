@@ -8,10 +8,11 @@ last chain in the output.
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from ootci.runner.models import RootCause
 from ootci.runner.core.procs import ProcResult
+from ootci.runner.models import RootCause
 
 if TYPE_CHECKING:
     from ootci.runner.torch_supply.wheel_metadata import BuildTorch
@@ -73,7 +74,7 @@ def hint_for(text: str) -> str | None:
     return None
 
 
-def undefined_symbol_hint(build: "BuildTorch | None", version: str | None, git_version: str | None) -> str:
+def undefined_symbol_hint(build: BuildTorch | None, version: str | None, git_version: str | None) -> str:
     """The hint for an undefined symbol, given the torch the extension was built against
     (None: not recorded) and the torch under test. Says 'built against a different
     torch' only when that is known to be true."""
@@ -136,7 +137,7 @@ def innermost_exception(output: str) -> tuple[str, str] | None:
     first = len(blocks) - 1
     while first > 0:
         prev_start, prev_end = blocks[first - 1]
-        between = "\n".join(l.strip() for l in lines[prev_start:blocks[first][0]])
+        between = "\n".join(line.strip() for line in lines[prev_start:blocks[first][0]])
         if any(link in between for link in _CHAIN_LINKS):
             first -= 1
         else:
@@ -176,7 +177,7 @@ def from_proc(result: ProcResult, *, what: str = "process", culprit: str | None 
         summary = f"{exc_type}: {message}" if message else exc_type
         return RootCause(kind="exception", summary=summary[:500], exception_type=exc_type, message=message[:2000],
                          exit_code=result.returncode, hint=hint_for(summary), culprit=culprit)
-    last = next((l.strip() for l in reversed(result.output_tail.splitlines()) if l.strip()), "")
+    last = next((line.strip() for line in reversed(result.output_tail.splitlines()) if line.strip()), "")
     summary = f"{what} exited with code {result.returncode}" + (f": {last[:500]}" if last else "")
     return RootCause(kind="exit_code", summary=summary, exit_code=result.returncode,
                      hint=hint_for(result.output_tail), culprit=culprit)
@@ -269,13 +270,13 @@ _FRAME_TEXT = re.compile(r"^(?P<file>.+):(?P<line>\d+) in (?P<func>.+)$")
 def _in_torch(path: str) -> bool:
     parts = path.replace("\\", "/").split("/")
     return any(part == "torch" and parent in ("site-packages", "dist-packages")
-               for parent, part in zip(parts, parts[1:-1]))
+               for parent, part in zip(parts, parts[1:-1], strict=False))
 
 
 def first_torch_import(frames: list[str]) -> str | None:
     """`file:line` of the frame outside torch that started importing torch, from a probe's
     frames ("file:line in func", outermost first): the line just before torch's own frames."""
-    for before, after in zip(frames, frames[1:]):
+    for before, after in pairwise(frames):
         outer, inner = _FRAME_TEXT.match(before), _FRAME_TEXT.match(after)
         if not outer or not inner or outer.group("file").startswith("<"):
             continue

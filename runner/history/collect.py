@@ -19,7 +19,6 @@ from ootci.runner.core.errors import GitError, GitHubError, UsageError
 from ootci.runner.core.git import git
 from ootci.runner.history.github_artifacts import Artifact, GitHub, RefusedArchive, WorkflowRun, extract
 
-
 LEDGER = "collected"
 """directory of the history checkout holding a marker per collected artifact"""
 DEFAULT_PREFIX = "ootci-run-"
@@ -40,12 +39,12 @@ class Collected:
 
 
 def _day(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%d")
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d")
 
 
 def window_days(cutoff: dt.datetime, now: dt.datetime) -> list[str]:
     """The days whose markers can name an artifact of the runs listed: those created since cutoff."""
-    first, last = cutoff.astimezone(dt.timezone.utc).date(), now.astimezone(dt.timezone.utc).date()
+    first, last = cutoff.astimezone(dt.UTC).date(), now.astimezone(dt.UTC).date()
     return [(first + dt.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
 
 
@@ -133,9 +132,9 @@ def collect(github: GitHub, workflow: str, *, since_hours: float, into: Path, hi
 
 def parse_now(given: str | None) -> dt.datetime:
     if not given:
-        return dt.datetime.now(dt.timezone.utc)
+        return dt.datetime.now(dt.UTC)
     try:
         moment = dt.datetime.fromisoformat(given)
     except ValueError:
         raise UsageError(f"--now: expected an ISO time, got {given!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)

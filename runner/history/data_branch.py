@@ -11,10 +11,9 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ootci.runner.history import history_store
 from ootci.runner.core.errors import GitError, OutputError, PublishError, UsageError
 from ootci.runner.core.git import git
-
+from ootci.runner.history import history_store
 
 PUSH_ATTEMPTS = 4
 RUNS_DIR = "runs"
@@ -104,7 +103,7 @@ def pull(checkout: Path, branch: str, remote: str | None, latest: int | None = h
         # Only the tip: records are immutable, their history is not needed to add more.
         _git(checkout, "clone", "-q", "--depth", "1", "--branch", branch, "--single-branch", url, ".", env=env)
         return f"cloned {branch}"
-    if heads.strip():
+    if heads.strip() and latest is not None:  # None cloned it all, above
         _git(checkout, "clone", "-q", "--depth", "1", "--filter=blob:none", "--no-checkout", "--branch", branch,
              "--single-branch", url, ".", env=env)
         # Headers first; they tell which runs get a page, and only those are then fetched whole.

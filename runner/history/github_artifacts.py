@@ -29,6 +29,7 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
@@ -87,7 +88,7 @@ def _parse_time(value: Any, where: str) -> dt.datetime:
         moment = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         raise GitHubError(f"{where}: expected a time, got {str(value)[:40]!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 def _field(item: Any, key: str, kind: type, where: str) -> Any:
@@ -126,7 +127,7 @@ class GitHub:
         """The runs of `workflow` created at or after `created_since`, newest first, in any status."""
         if not WORKFLOW.fullmatch(workflow):
             raise UsageError(f"--workflow: expected a workflow file name (nightly.yml) or id, got {workflow!r}")
-        since = created_since.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        since = created_since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         url = f"{self.api_url}/repos/{self.repository}/actions/workflows/{quote(workflow)}/runs"
         params = {"created": f">={since}", "per_page": PAGE_SIZE, "exclude_pull_requests": "true"}
         runs: dict[int, WorkflowRun] = {}
@@ -184,7 +185,7 @@ class GitHub:
             if next_url in seen or len(seen) >= MAX_PAGES:
                 raise GitHubError(f"{what}: the pages do not end (page {len(seen) + 1}: {next_url[:120]})")
             seen.add(next_url)
-            page, links = self._retrying(what, lambda: self._get_json(next_url, params, what))
+            page, links = self._retrying(what, partial(self._get_json, next_url, params, what))
             items = page.get(key) if isinstance(page, dict) else None
             if not isinstance(items, list):
                 raise GitHubError(f"{what}: the answer has no list {key!r}")
@@ -209,7 +210,7 @@ class GitHub:
         hint = _HINTS.get(status, "GitHub refused the request")
         if status == 403 and response.headers.get("X-RateLimit-Remaining") == "0":
             reset = response.headers.get("X-RateLimit-Reset", "")
-            until = (dt.datetime.fromtimestamp(int(reset), dt.timezone.utc).strftime("%H:%M:%SZ")
+            until = (dt.datetime.fromtimestamp(int(reset), dt.UTC).strftime("%H:%M:%SZ")
                      if reset.isdigit() else "later")
             hint = f"the API rate limit is spent until {until}"
         raise GitHubError(f"{what}: HTTP {status}: {hint}: {excerpt(response, self.token) or '(no body)'}")

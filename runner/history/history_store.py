@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ootci.runner.core import atomic
-from ootci.runner.records import packed_tests, record_files
 from ootci.runner.models import RunRecord
+from ootci.runner.records import packed_tests, record_files
 
 RESULTS_RETENTION_DAYS = 400
 """days a run's test list stays in the history (`ootci history prune`): a year and a release cycle"""
@@ -192,10 +192,11 @@ def prune(runs: Path, *, keep_results_days: int, now: dt.datetime) -> Pruned:
             if record.test_ids_hash and record.tests_file == packed_tests.RESULTS_NAME:
                 in_use.add(record.test_ids_hash)
             continue
-        if not (run_dir / record.tests_file).is_file():
+        tests_file = record.tests_file
+        if tests_file is None or not (run_dir / tests_file).is_file():
             # Not checked out (a partial pull): the header must go on naming the list it has.
             continue
-        pruned.bytes += _remove(run_dir / record.tests_file)
+        pruned.bytes += _remove(run_dir / tests_file)
         record.tests_file, record.tests_pruned_at = None, now
         atomic.write_text(record_path, record.model_dump_json(indent=2) + "\n")
         pruned.results.append(record.run_id)
@@ -207,7 +208,7 @@ def prune(runs: Path, *, keep_results_days: int, now: dt.datetime) -> Pruned:
 
 
 def _aware(moment: dt.datetime) -> dt.datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
 def _size(directory: Path) -> int:

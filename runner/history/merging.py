@@ -18,11 +18,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ootci.runner.core import atomic
-from ootci.runner.history import history_store
-from ootci.runner.records import record_files
 from ootci.runner.core.errors import UsageError
+from ootci.runner.history import history_store
 from ootci.runner.models import BisectRecord, RunRecord
-
+from ootci.runner.records import record_files
 
 TRIGGERS = ("manual", "nightly", "pr")
 """What `ootci run --trigger` records: a run by hand, a night, a PyTorch PR."""

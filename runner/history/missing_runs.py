@@ -9,13 +9,12 @@ import json
 from pathlib import Path
 
 from ootci.runner import __version__
-from ootci.runner.records import record_files
-from ootci.runner.manifests import registry
 from ootci.runner.core.errors import UnknownBackendError, UsageError
+from ootci.runner.manifests import registry
 from ootci.runner.manifests.manifest import Manifest
-from ootci.runner.records.run_identity import ci_run_url, new_run_id
 from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
-
+from ootci.runner.records import record_files
+from ootci.runner.records.run_identity import ci_run_url, new_run_id
 
 MISSING_STAGE = "job"
 MISSING_WHY = "it never started, was cancelled, lost its runner or failed before ootci ran"
@@ -77,7 +76,7 @@ def fill_missing(entries: list[dict], runs: Path, reason: str, *, trigger: str, 
         manifests.setdefault(manifest.name, (manifest, entry))
     found = record_files.find_runs(runs) if runs.is_dir() else []
     present = {record.backend for _, record in found if record is not None}
-    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     written = []
     for name, (manifest, entry) in manifests.items():
         if name in present:

@@ -13,16 +13,15 @@ import tomllib
 import typing
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
-from ootci.runner.manifests import known_failures
 from ootci.runner.core.errors import ManifestError
+from ootci.runner.manifests import known_failures
 from ootci.runner.manifests.known_failures import KnownFailure
 
 
@@ -61,7 +60,7 @@ class Source(_Strict):
     requirement: str | None = Field(default=None, description="pip requirement of a published package")
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "Source":
+    def _exactly_one(self) -> Source:
         given = [k for k in ("path", "git", "requirement") if getattr(self, k)]
         if len(given) != 1:
             raise ValueError("give exactly one of 'path', 'git' or 'requirement'")
@@ -119,7 +118,7 @@ def _container_form(value) -> str:
 
 
 ContainerField = Annotated[
-    Union[Annotated[str, Tag(_CONTAINER_FORMS[0])], Annotated[Container, Tag(_CONTAINER_FORMS[1])]],
+    Annotated[str, Tag(_CONTAINER_FORMS[0])] | Annotated[Container, Tag(_CONTAINER_FORMS[1])],
     Discriminator(_container_form),
 ]
 
@@ -167,7 +166,7 @@ class VendorSuite(_Strict):
         "requirements, e.g. \"psutil>=5\"): installed into the environment under test, torch pinned, before it runs")
 
     @model_validator(mode="after")
-    def _one(self) -> "VendorSuite":
+    def _one(self) -> VendorSuite:
         if bool(self.path) == bool(self.command):
             raise ValueError("give exactly one of 'path' or 'command'")
         return self
@@ -295,7 +294,7 @@ class Manifest(_Strict):
     """the known failures file, read: suite -> test id -> entry"""
 
     @model_validator(mode="after")
-    def _recipe_fits_source(self) -> "Manifest":
+    def _recipe_fits_source(self) -> Manifest:
         # pydantic names the failing field from the error's location: raise with the field in it.
         if self.build.recipe == "pip-wheel" and self.source.kind == "requirement":
             raise ValueError("build.recipe: 'pip-wheel' builds from sources, but source.requirement names a "

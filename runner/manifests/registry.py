@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ootci.runner.manifests import manifest as manifest_mod
 from ootci.runner.core.errors import ManifestError, UnknownBackendError
+from ootci.runner.manifests import manifest as manifest_mod
 from ootci.runner.manifests.manifest import Manifest
 
 BUNDLED = Path(__file__).resolve().parents[2] / "backends"

@@ -30,10 +30,9 @@ import pyproject_hooks
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ootci.runner.torch_supply import envs
-from ootci.runner.core import procs
-from ootci.runner.core import rootcause
+from ootci.runner.core import procs, rootcause
 from ootci.runner.core.errors import ProjectError
+from ootci.runner.torch_supply import envs
 
 GROUP = "torch.backends"
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
@@ -129,7 +128,8 @@ class _Hooks:
                 warnings.simplefilter("ignore", pyproject_hooks.BuildBackendWarning)
                 return getattr(self.caller, hook)(*args)
         except pyproject_hooks.BackendUnavailable as exc:
-            last = next((l for l in reversed(exc.traceback.strip().splitlines()) if l.strip()), "not importable")
+            last = next((line for line in reversed(exc.traceback.strip().splitlines()) if line.strip()),
+                        "not importable")
             raise ProjectError(f"the build backend {self.backend} cannot be imported: {last.strip()} "
                                f"(is it in [build-system] requires?)") from None
         except pyproject_hooks.HookMissing as exc:
@@ -191,7 +191,8 @@ def _parse(dist_info: Path, system: BuildSystem) -> Declared:
     except OSError as exc:
         raise ProjectError(f"the build backend {system.backend} wrote no METADATA: {exc.strerror}") from None
     parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
-    parser.optionxform = str  # entry point names are case-sensitive
+    # Entry point names are case-sensitive; configparser documents this assignment for it.
+    parser.optionxform = str  # type: ignore[assignment, method-assign]
     entry_points: dict[str, str] = {}
     path = dist_info / "entry_points.txt"
     if path.is_file():

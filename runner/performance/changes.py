@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from itertools import pairwise
 
 from ootci.runner.core.errors import UsageError
 
@@ -112,7 +113,7 @@ def _next_change_point(energy, distances, found: list[int], best_by_window: dict
     import numpy as np
 
     bounds = [0, *sorted(found), len(distances)]
-    windows = list(zip(bounds, bounds[1:]))
+    windows = list(pairwise(bounds))
     for a, b in windows:
         if (a, b) not in best_by_window:
             stats = energy._calculate_t_stats(distances[a:b, a:b])

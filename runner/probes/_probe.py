@@ -23,9 +23,11 @@ _nonce = os.environ.get("OOTCI_PROBE_NONCE", "0")
 
 def arm(deadline: float | None) -> None:
     """Dump every thread's stack on a fatal signal, and shortly before the verifier's time limit."""
-    faulthandler.enable(file=sys.__stderr__, all_threads=True)
+    # sys.__stderr__ is None only in an interpreter started without one; the probes always have it.
+    stderr = sys.__stderr__ or sys.stderr
+    faulthandler.enable(file=stderr, all_threads=True)
     if deadline and deadline > 0:
-        faulthandler.dump_traceback_later(deadline, repeat=False, file=sys.__stderr__, exit=False)
+        faulthandler.dump_traceback_later(deadline, repeat=False, file=stderr, exit=False)
 
 
 def emit(phase: str, **data) -> None:
@@ -46,12 +48,12 @@ def _frames(exc: BaseException) -> list[str]:
 
 def describe(exc: BaseException) -> dict:
     """The chain from the outermost exception to the innermost cause, each with where it was raised."""
-    chain = []
+    chain: list[dict[str, object]] = []
     seen = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        entry = {"type": type(current).__qualname__, "module": type(current).__module__,
+        entry: dict[str, object] = {"type": type(current).__qualname__, "module": type(current).__module__,
                  "message": str(current)[:2000], "frames": _frames(current)}
         if isinstance(current, SystemExit):
             entry["exit_code"] = current.code if isinstance(current.code, int) else (0 if current.code is None else 1)
@@ -135,7 +137,7 @@ def installed_location(top: str, dist=None) -> str | None:
         for file in d.files or []:
             head = file.parts[0] if file.parts else ""
             if head in (top, f"{top}.py") or (head.startswith(f"{top}.") and head.endswith((".so", ".pyd"))):
-                path = os.path.realpath(d.locate_file(head))
+                path = os.path.realpath(str(d.locate_file(head)))
                 if os.path.exists(path):
                     return path
     return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import time
+from functools import partial
 
 from _probe import arm, attempt, emit, loaded, sample_tensor, split_list, torch_state
 
@@ -75,14 +76,14 @@ def main() -> None:
         return
     emit("import", **result, loaded=loaded(modules), state=torch_state())
     for module in split_list(args.then_import):
-        emit(f"after:{module}", **attempt(lambda: importlib.import_module(module).__name__))
+        emit(f"after:{module}", **attempt(lambda module=module: importlib.import_module(module).__name__))
     devices = split_list(args.devices)
     for name in devices:
-        emit(f"device:{name}", **attempt(lambda: use_device(name)))
+        emit(f"device:{name}", **attempt(partial(use_device, name)))
     dtypes = split_list(args.tensor_dtypes)
     if dtypes:
         for name in devices:
-            emit(f"tensor:{name}", **attempt(lambda: round_trip(name, dtypes)), state=torch_state())
+            emit(f"tensor:{name}", **attempt(partial(round_trip, name, dtypes)), state=torch_state())
     emit("done", ok=True)
 
 

@@ -46,7 +46,7 @@ def find_module(dotted: str):
 class _Names(ast.NodeVisitor):
     """Names a module binds at its top level (inside if/try/with blocks too, not in functions)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.names: set[str] = set()
         self.dynamic = False
 
@@ -169,7 +169,7 @@ def torch_build(dist):
 
 
 def distributions() -> dict[str, str]:
-    found = {}
+    found: dict[str, str] = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]
         if name:

@@ -19,7 +19,7 @@ def main() -> None:
     args = parser.parse_args()
     arm(args.deadline)
     for module in args.modules:
-        result = attempt(lambda: importlib.import_module(module).__name__)
+        result = attempt(lambda module=module: importlib.import_module(module).__name__)
         emit(f"import:{module}", **result)
         if not result["ok"]:
             return

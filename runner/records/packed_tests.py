@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from itertools import pairwise
 from pathlib import Path
 
 from ootci.runner.models import Outcome, TestResult
@@ -53,8 +54,8 @@ def testset_rows(tests: list[TestResult]) -> list[list]:
 
     PackError when an id occurs twice: a set is keyed by id.
     """
-    rows = sorted(([t.id, t.suite, t.op, t.dtype] for t in tests), key=lambda row: row[0])
-    for before, after in zip(rows, rows[1:]):
+    rows = sorted(([t.id, t.suite, t.op, t.dtype] for t in tests), key=lambda row: row[0] or "")
+    for before, after in pairwise(rows):
         if before[0] == after[0]:
             raise PackError(f"test id {before[0]!r} occurs twice")
     return rows
@@ -86,7 +87,7 @@ def unpack_rows(rows: list[list], results: dict) -> list[dict]:
                         f"{results.get('testset')!r} ({len(rows)} tests)")
     details = results.get("details") or {}
     tests = []
-    for index, ((test_id, suite, op, dtype), letter, ms) in enumerate(zip(rows, outcomes, durations)):
+    for index, ((test_id, suite, op, dtype), letter, ms) in enumerate(zip(rows, outcomes, durations, strict=True)):
         outcome = _OUTCOME.get(letter)
         if outcome is None:
             raise PackError(f"results of run {results.get('run_id')!r}: unknown outcome letter {letter!r}")

@@ -18,8 +18,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from ootci.runner.core import atomic
-from ootci.runner.records import packed_tests
 from ootci.runner.models import SCHEMA_VERSION, Outcome, RunRecord, TestResult
+from ootci.runner.records import packed_tests
 
 RECORD_NAME = "record.json"
 TESTS_NAME = "tests.json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import secrets
-from typing import Mapping
+from collections.abc import Mapping
 
 
 def new_run_id(backend: str, started: dt.datetime) -> str:

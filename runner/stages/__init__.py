@@ -10,9 +10,9 @@ hash (`sources`), and what a run shows while it works (`report`). May import `su
 
 from __future__ import annotations
 
+from ootci.runner.models import SUITES
 from ootci.runner.stages import autoload, bench, build, install, integration, smoke, upstream
 from ootci.runner.stages import torch as torch_stage
-from ootci.runner.models import SUITES
 from ootci.runner.stages.base import RunContext, RunOptions, Stage
 
 STAGES: dict[str, Stage] = {

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from ootci.runner.core.errors import TargetEnvironmentError
 from ootci.runner.models import RootCause, StageResult, Status
-from ootci.runner.verification.verify import BLOCKING_CHECKS, DEFAULT_TIMEOUT, import_cost_runs, verify
 from ootci.runner.stages.base import RunContext
+from ootci.runner.verification.verify import BLOCKING_CHECKS, DEFAULT_TIMEOUT, import_cost_runs, verify
 
 NAME = "autoload"
 

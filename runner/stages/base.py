@@ -9,15 +9,15 @@ one line in `runner.stages.STAGES`.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
-from ootci.runner.core import procs
-from ootci.runner.core import rootcause
-from ootci.runner.torch_supply.envs import Env
+from ootci.runner.core import procs, rootcause
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import SUITES, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
+from ootci.runner.torch_supply.envs import Env
 from ootci.runner.torch_supply.torch_pin import TorchUnderTest
 from ootci.runner.torch_supply.wheel_metadata import BuildTorch
 
@@ -70,7 +70,7 @@ class RunContext:
     record: RunRecord
     run_dir: Path
     cache: Path
-    reporter: "object"
+    reporter: object
     stage_name: str = ""
     torch_env: Env | None = None
     env: Env | None = None

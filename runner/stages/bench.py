@@ -148,13 +148,13 @@ def result_of(probe: Probe, counted: Probe | None = None, *, note: str | None = 
 
     if not probe.proc.ok:
         # The shared classification (timeout, crashed, failed, with its root cause), told where it happened.
-        result = proc_failure(NAME, probe.proc, "the bench probe")
+        stage = proc_failure(NAME, probe.proc, "the bench probe")
         where = f" in measurement {started!r}" if started else ""
-        result.summary = f"{result.summary}{where} ({len(measurements)} measured before it)"
-        if result.root_cause is not None:
-            result.root_cause.summary = result.summary
-        result.data = data
-        return result
+        stage.summary = f"{stage.summary}{where} ({len(measurements)} measured before it)"
+        if stage.root_cause is not None:
+            stage.root_cause.summary = stage.summary
+        stage.data = data
+        return stage
     imported = probe.get("import")
     if imported is None or not imported.get("ok"):
         return failure(Status.failed, f"import failed: {first_message(imported or {})}")

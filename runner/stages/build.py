@@ -18,14 +18,13 @@ import tempfile
 from pathlib import Path
 
 from filelock import FileLock
-
 from packaging.utils import canonicalize_name
 
-from ootci.runner.torch_supply import envs, torch_pin, wheel_metadata
 from ootci.runner.core import procs
+from ootci.runner.models import StageResult, Status
 from ootci.runner.stages import sources
-from ootci.runner.models import Status, StageResult
 from ootci.runner.stages.base import RunContext, config_failure, proc_failure
+from ootci.runner.torch_supply import envs, torch_pin, wheel_metadata
 
 NAME = "build"
 
@@ -92,7 +91,7 @@ def run(ctx: RunContext) -> StageResult:
         source_id = f"{commit}:{m.source.subdir}"
         built_from = {"commit": commit, "dirty": False}
     else:
-        source_dir, source_id = None, m.source.requirement
+        source_dir, source_id = None, m.source.requirement or ""
     ctx.source_dir = source_dir
 
     torch = ctx.record.torch

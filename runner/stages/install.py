@@ -15,11 +15,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from ootci.runner.torch_supply import envs, torch_pin, wheel_metadata
 from ootci.runner.core import procs
 from ootci.runner.core.errors import OotciError
-from ootci.runner.models import RootCause, Status, StageResult
+from ootci.runner.models import RootCause, StageResult, Status
 from ootci.runner.stages.base import RunContext, config_failure, proc_failure
+from ootci.runner.torch_supply import envs, torch_pin, wheel_metadata
 
 NAME = "install"
 
@@ -84,7 +84,8 @@ def _install(ctx: RunContext, target: envs.Env | None, *, reused: bool) -> Stage
         envs.mark_ready(target, {"backend": m.name, "wheels": [w.name for w in ctx.wheels], "installed": installed})
     version = _installed_version(python, m.distribution)
     if version is None:
-        message = f"{m.distribution} is not installed in {python} after the install (check 'distribution' in the manifest)"
+        message = (f"{m.distribution} is not installed in {python} after the install "
+                   "(check 'distribution' in the manifest)")
         return config_failure(NAME, message)
     where = python.parent.parent
     if reused:

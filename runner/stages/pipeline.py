@@ -19,20 +19,20 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from ootci.runner import __version__
 from ootci.runner.core import procs
-from ootci.runner.records import record_files
-from ootci.runner.manifests import registry
-from ootci.runner.torch_supply.envs import cache_root
 from ootci.runner.core.errors import OotciError
+from ootci.runner.manifests import registry
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo, overall_status
-from ootci.runner.stages import STAGES, SUITE_STAGES, RunContext, RunOptions
+from ootci.runner.records import record_files
 from ootci.runner.records.run_identity import ci_run_url, new_run_id
+from ootci.runner.stages import STAGES, SUITE_STAGES, RunContext, RunOptions
+from ootci.runner.torch_supply.envs import cache_root
 
 
 class Interrupted(BaseException):
@@ -57,7 +57,7 @@ def interrupt_handlers() -> Iterator[None]:
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def wanted(stage: str, manifest: Manifest, options: RunOptions) -> bool:
@@ -105,18 +105,19 @@ def run_stage(name: str, ctx: RunContext) -> StageResult:
         raise
     except Exception as exc:  # a bug in ootci itself must not lose the run
         with open(ctx.log_path(name), "a", encoding="utf-8") as log:
-            log.write("\n[ootci] internal error in stage %s\n" % name)
+            log.write(f"\n[ootci] internal error in stage {name}\n")
             log.write(traceback.format_exc())
         summary = f"ootci internal error: {type(exc).__name__}: {exc}"
         result = StageResult(name=name, status=Status.crashed, summary=summary,
                              root_cause=RootCause(kind="error", summary=summary, exception_type=type(exc).__name__,
-                                                  message=str(exc), hint="a bug in ootci: please report it with the stage log"))
+                                                  message=str(exc),
+                                                  hint="a bug in ootci: please report it with the stage log"))
     result.name = name
     result.started_at = started
     result.duration_s = round(time.monotonic() - t0, 3)
-    log = ctx.run_dir / "logs" / f"{name}.log"
-    if log.exists():
-        result.log = os.fspath(log.relative_to(ctx.run_dir))
+    log_path = ctx.run_dir / "logs" / f"{name}.log"
+    if log_path.exists():
+        result.log = os.fspath(log_path.relative_to(ctx.run_dir))
     return result
 
 
@@ -151,7 +152,8 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
             if not wanted(name, manifest, options):
                 continue  # an optional stage that is off leaves the record as if it did not exist
             if blocker:
-                result = StageResult(name=name, status=Status.blocked, summary=f"blocked: stage '{blocker}' did not pass")
+                result = StageResult(name=name, status=Status.blocked,
+                                     summary=f"blocked: stage '{blocker}' did not pass")
             elif skipper:
                 result = StageResult(name=name, status=Status.skipped, summary=skipper)
             elif reason := skip_reason(manifest, options, name):

@@ -123,7 +123,8 @@ class Reporter:
                     detail += f" (hint: {result.root_cause.hint})"
                 self._print(f"::error title=ootci {backend} {result.name} {result.status.value}::"
                             f"{escape_workflow_command(detail)}")
-        line = f"  {ICONS[result.status]} {result.name:<12} {result.status.value:<8} {result.duration_s:7.1f}s  {result.summary}"
+        line = (f"  {ICONS[result.status]} {result.name:<12} {result.status.value:<8} {result.duration_s:7.1f}s  "
+                f"{result.summary}")
         self._print(line[:300])
         if result.root_cause and result.status not in (Status.passed, Status.skipped, Status.blocked):
             self._print(f"      root cause: {result.root_cause.summary[:400]}")

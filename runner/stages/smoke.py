@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ootci.runner.suite_runs import suite_runner
 from ootci.runner.models import StageResult
 from ootci.runner.stages.base import RunContext
+from ootci.runner.suite_runs import suite_runner
 
 NAME = "smoke"
 

@@ -10,10 +10,10 @@ import sysconfig
 import tarfile
 from pathlib import Path
 
-from ootci.runner.torch_supply.envs import digest
 from ootci.runner.core.errors import GitError, ManifestError, UsageError
 from ootci.runner.core.git import git
 from ootci.runner.manifests.manifest import Manifest
+from ootci.runner.torch_supply.envs import digest
 
 # Build products and caches inside a source tree do not make it a different source.
 IGNORED_DIRS = {".git", "build", "dist", "__pycache__", ".pytest_cache", ".eggs", ".venv"}

@@ -7,10 +7,10 @@ pins it (runner/torch_supply/torch_pin.py).
 
 from __future__ import annotations
 
-from ootci.runner.torch_supply import envs, torch_acquire, torch_pin, torchspec
 from ootci.runner.core.errors import TorchBuildError
-from ootci.runner.models import Status, StageResult, TorchInfo
+from ootci.runner.models import StageResult, Status, TorchInfo
 from ootci.runner.stages.base import RunContext, config_failure
+from ootci.runner.torch_supply import envs, torch_acquire, torch_pin, torchspec
 
 NAME = "torch"
 

@@ -116,14 +116,16 @@ def parse(path: Path) -> JUnitFile:
         return JUnitFile([], False, f"{path}: no such file")
     except OSError as exc:
         return JUnitFile([], False, f"{path}: cannot read: {exc.strerror}")
-    parser = ET.XMLPullParser(events=("end",))
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("end",))
     cases: dict[str, JUnitCase] = {}
     error = None
     complete = False
     try:
         parser.feed(data)
         # A syntax error is queued as an event: every case before it is read first.
-        for _, element in parser.read_events():
+        for _, element in parser.read_events():  # type: ignore[misc]  # typeshed: end events are pairs
+            # Only end events were asked for: each is an element.
+            assert isinstance(element, ET.Element)
             if element.tag == "testcase":
                 case = _read_case(element)
                 cases.pop(case.id, None)

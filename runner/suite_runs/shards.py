@@ -22,35 +22,46 @@ import hashlib
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ootci.runner.core import atomic
-from ootci.runner.suite_runs import junit
-from ootci.runner.records import record_files
 from ootci.runner.core.errors import UsageError
-from ootci.runner.models import (SEVERITY, SHARD_GROUP, SUITES, RootCause, RunRecord, StageResult, Status, TestResult,
-                      overall_status, worst_of)
+from ootci.runner.models import (
+    SEVERITY,
+    SHARD_GROUP,
+    SUITES,
+    RootCause,
+    RunRecord,
+    StageResult,
+    Status,
+    TestResult,
+    overall_status,
+    worst_of,
+)
+from ootci.runner.records import record_files
+from ootci.runner.suite_runs import junit
 from ootci.runner.suite_runs.suite_runner import first_failing_test
 
 
-def parse_shard(text: str, what: str = "--shard") -> tuple[int, int]:
+def parse_shard(text: str | None, what: str = "--shard") -> tuple[int, int]:
     """(K, N) of "K/N" with 1 <= K <= N; a one-line UsageError otherwise."""
     m = re.fullmatch(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*", text or "")
     if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
-        raise UsageError(f"{what}: {text[:40]!r} is not K/N with 1 <= K <= N (e.g. 2/3)")
+        raise UsageError(f"{what}: {(text or '')[:40]!r} is not K/N with 1 <= K <= N (e.g. 2/3)")
     return int(m.group(1)), int(m.group(2))
 
 
-def default_group(env: dict[str, str] | None = None, today: dt.date | None = None) -> str:
+def default_group(env: Mapping[str, str] | None = None, today: dt.date | None = None) -> str:
     """The shard group when `--shard-group` is not given: the N shard jobs of one GitHub
     Actions workflow run share its run id (a re-run of a failed shard too); elsewhere the
     UTC date, which the shards of one night on one machine share."""
-    env = os.environ if env is None else env
-    run_id = env.get("GITHUB_RUN_ID", "")
+    environ = os.environ if env is None else env
+    run_id = environ.get("GITHUB_RUN_ID", "")
     if re.fullmatch(r"[0-9]{1,40}", run_id):
         return f"gh-{run_id}"
-    today = today or dt.datetime.now(dt.timezone.utc).date()
+    today = today or dt.datetime.now(dt.UTC).date()
     return f"local-{today:%Y%m%d}"
 
 
@@ -200,8 +211,9 @@ def _suite_stage(name: str, parts: dict[int, StageResult], n: int, missing: list
         status = Status.passed
     if cause is None and status is not Status.passed:
         bad = next((j for j in sorted(ran) if not ran[j].status.ok and ran[j].root_cause), None)
-        if bad is not None:
-            cause = ran[bad].root_cause.model_copy()
+        bad_cause = ran[bad].root_cause if bad is not None else None
+        if bad_cause is not None:
+            cause = bad_cause.model_copy()
             if cause.kind != "test":
                 cause.summary = f"shard {bad}/{n}: {cause.summary}"
         elif problems:
@@ -270,7 +282,7 @@ def merge_group(group: Group) -> tuple[RunRecord, dict[str, list[tuple[int, Path
     stages: list[StageResult] = []
     logs: dict[str, list[tuple[int, Path]]] = {}
     for name in names:
-        parts = {k: records[k].stage(name) for k in present if records[k].stage(name) is not None}
+        parts = {k: part for k in present if (part := records[k].stage(name)) is not None}
         if name in SUITES:
             stage = _suite_stage(name, parts, n, missing, tests, name == suite_stages[-1])
         else:

@@ -43,8 +43,14 @@ from ootci.runner.manifests.manifest import Manifest, UpstreamSuite
 from ootci.runner.models import Outcome, RootCause, Status, TestResult
 from ootci.runner.records.upstream_files import SUITE, file_of
 from ootci.runner.suite_runs import classify, junit
-from ootci.runner.suite_runs.suite_runner import (NOT_REACHED, SUITES_DIR, SuiteRun, SuiteRunner, SuiteSpec,
-                                                  first_failing_test)
+from ootci.runner.suite_runs.suite_runner import (
+    NOT_REACHED,
+    SUITES_DIR,
+    SuiteRun,
+    SuiteRunner,
+    SuiteSpec,
+    first_failing_test,
+)
 
 CPU_TWIN = "@cpu"
 """how the CPU's opinion names a test's CPU copy; kept in step with runner/suites/device_type_ids.py,
@@ -171,7 +177,7 @@ class UpstreamRunner:
         # The biggest files first, so that the last to finish is a short one.
         order = sorted(selected, key=lambda f: -self._size(f))
         with ThreadPoolExecutor(max_workers=self.parallel) as pool:
-            done = dict(zip(order, pool.map(lambda f: self._on_device(f, selected[f]), order)))
+            done = dict(zip(order, pool.map(lambda f: self._on_device(f, selected[f]), order), strict=True))
         on_device = {file: done[file] for file in selected}
         start = time.monotonic()
         again, on_cpu = self._second_opinion({f: run for f, (run, _) in on_device.items()})
@@ -244,7 +250,8 @@ class UpstreamRunner:
         # Side by side: each process imports torch and the failing files, and neither needs the other.
         with ThreadPoolExecutor(max_workers=len(runs)) as pool:
             done = dict(zip(runs, pool.map(
-                lambda part: self._runner(self.deadline, log=self._file_log(part)).run(*runs[part]), runs)))
+                lambda part: self._runner(self.deadline, log=self._file_log(part)).run(*runs[part]), runs),
+                strict=True))
         again = {r.id: r for r in done[RETRY].results if r.message != NOT_REACHED} if RETRY in done else {}
         on_cpu: dict[str, TestResult] = {}
         for r in done[ON_CPU].results if ON_CPU in done else ():

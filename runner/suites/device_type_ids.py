@@ -13,13 +13,15 @@ A stable id drops the class suffix and names the device under test in the method
 device the process instantiated for:
 
     test_view_ops.py::TestViewOpsPRIVATEUSE1::test_flip_openreg_float32
-    test_view_ops.py::TestViewOpsOPENREG::test_flip_openreg_float32   -> test_view_ops.py::TestViewOps::test_flip_openreg_float32
+    test_view_ops.py::TestViewOpsOPENREG::test_flip_openreg_float32
+        -> test_view_ops.py::TestViewOps::test_flip_openreg_float32
 
 so that a baseline, the flaky detection and the history match a test from night to night. A
 process that instantiates the tests for the CPU to give its opinion on the device's failures
 names each CPU copy after its device twin, marked `@cpu`:
 
-    test_view_ops.py::TestViewOpsCPU::test_flip_cpu_float32           -> test_view_ops.py::TestViewOps::test_flip_openreg_float32@cpu
+    test_view_ops.py::TestViewOpsCPU::test_flip_cpu_float32
+        -> test_view_ops.py::TestViewOps::test_flip_openreg_float32@cpu
 
 Ids of other tests are unchanged.
 """

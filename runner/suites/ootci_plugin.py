@@ -128,7 +128,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 def shard_of(suite: str, nodeid: str, shards: int) -> int:
     """The shard (1..shards) a test belongs to: the same in every process and on every machine
     (never Python's salted hash()), so that N shards partition a suite."""
-    digest = hashlib.blake2b(f"{suite}::{nodeid}".encode("utf-8"), digest_size=8).digest()
+    digest = hashlib.blake2b(f"{suite}::{nodeid}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % shards + 1
 
 
@@ -141,7 +141,8 @@ def _is_worker(config: pytest.Config) -> bool:
 
 
 def _worker_id(config: pytest.Config) -> str:
-    return config.workerinput["workerid"] if _is_worker(config) else "main"
+    # pytest-xdist sets workerinput on a worker's config.
+    return config.workerinput["workerid"] if _is_worker(config) else "main"  # type: ignore[attr-defined]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -161,7 +162,7 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             parse_shard(shard)
         except ValueError as exc:
-            raise pytest.UsageError(f"--ootci-shard: {exc}")
+            raise pytest.UsageError(f"--ootci-shard: {exc}") from None
     state = _State(config, capabilities, module)
     config.stash[_STATE] = state
     config.pluginmanager.register(state, "ootci-state")
@@ -303,7 +304,8 @@ class _State:
         k, n = parse_shard(shard) if shard else (1, 1)
         suite = config.getoption("ootci_suite") or ""
         if only or exclude or n > 1:
-            kept, dropped = [], []
+            kept: list[pytest.Item] = []
+            dropped: list[pytest.Item] = []
             for item in items:
                 test_id = self.ids(item.nodeid)
                 wanted = ((not only or test_id in only) and test_id not in exclude
@@ -385,7 +387,7 @@ class _State:
         progress = self._progress(worker)
         nodeid = progress.get("nodeid")
         positions = {self.ids(items[i].nodeid): pos for pos, i in enumerate(queue)}
-        if nodeid not in positions:
+        if not isinstance(nodeid, str) or nodeid not in positions:
             return []  # it died outside any test: the rest is reported as never run
         if os.WIFSIGNALED(status):
             name = signal.Signals(os.WTERMSIG(status)).name
@@ -480,7 +482,8 @@ class _State:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.junit is None:
             return
-        crash = XDIST_CRASH.search(str(report.longrepr or "")) if report.when not in ("setup", "call", "teardown") else None
+        in_a_phase = report.when in ("setup", "call", "teardown")
+        crash = XDIST_CRASH.search(str(report.longrepr or "")) if not in_a_phase else None
         if crash:
             reports = self.pending.pop(report.nodeid, [])
             worker = crash.group("worker")
@@ -587,7 +590,7 @@ def _short_message(report) -> str:
     return text.splitlines()[-1] if text else ""
 
 
-def _outcome(reports: list) -> tuple[str, object | None]:
+def _outcome(reports: list) -> tuple[str, pytest.TestReport | None]:
     """The test's outcome and the report that decided it."""
     for report in reports:
         for key, value in getattr(report, "user_properties", ()):
@@ -628,7 +631,7 @@ class _StreamingJUnit:
         self.path = path
         self.collected_written = False
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self.fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         self._write('<?xml version="1.0" encoding="utf-8"?>\n<testsuites>\n'
                     f'<testsuite name={_attr(suite)} timestamp={_attr(time.strftime("%Y-%m-%dT%H:%M:%S"))}>\n')
 

@@ -28,7 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
     found = shadowing("torch") if shadowing else None
     if found:
         raise pytest.UsageError(f"import torch finds {found['imported_from']} (a source tree) instead of the "
-                                f"installed {found['installed_at']}: run the upstream files from a folder without torch/")
+                                f"installed {found['installed_at']}: run the upstream files from a folder "
+                                "without torch/")
     try:
         from torch.testing._internal import common_utils
     except Exception:  # noqa: BLE001 - every file will fail to import with the real reason

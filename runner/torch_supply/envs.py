@@ -114,7 +114,7 @@ def create_venv(root: Path, *, base_python: str | None = None, log: Path | None 
     if root.exists():
         shutil.rmtree(root)
     root.parent.mkdir(parents=True, exist_ok=True)
-    argv = [base_python or sys.executable, "-m", "venv", root] + ([] if with_pip else ["--without-pip"])
+    argv = [base_python or sys.executable, "-m", "venv", os.fspath(root)] + ([] if with_pip else ["--without-pip"])
     result = procs.run(argv, timeout=timeout, log=log)
     if not result.ok:
         raise TargetEnvironmentError(f"could not create a virtual environment at {root}: "
@@ -203,11 +203,11 @@ def _build_layer(env: Env, install_args: list[str], packages: list[str], *, log:
 
 
 def _pip_failure(what: str, result: procs.ProcResult) -> str:
-    lines = [l for l in result.output_tail.splitlines() if l.strip()]
-    errors = [l for l in lines if "ERROR" in l or "error:" in l]
+    lines = [line for line in result.output_tail.splitlines() if line.strip()]
+    errors = [line for line in lines if "ERROR" in line or "error:" in line]
     # pip's last error line for a conflict only says ResolutionImpossible; the line that names
     # a constraint (a machine-wide cap, or PIP_CONSTRAINT) is the cause a person can act on.
-    capped = [l for l in lines if "(constraint)" in l]
+    capped = [line for line in lines if "(constraint)" in line]
     detail = (capped or errors or lines or ["no output"])[-1].strip()
     if result.timed_out:
         detail = f"timed out after {result.timeout_s:g} s"

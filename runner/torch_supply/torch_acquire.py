@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlsplit
 
-from packaging.utils import parse_wheel_filename
 from packaging.specifiers import SpecifierSet
+from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ootci.runner.core import atomic, downloads, procs
+from ootci.runner.core.errors import PackageIndexError, TorchSpecError, UsageError
 from ootci.runner.torch_supply import torch_index, torch_source
 from ootci.runner.torch_supply.envs import cache_root, digest
-from ootci.runner.core.errors import PackageIndexError, TorchSpecError, UsageError
 from ootci.runner.torch_supply.torchspec import TorchSpec, check_torch_wheel_name
 
 

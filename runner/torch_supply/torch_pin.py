@@ -47,7 +47,7 @@ class TorchUnderTest:
     """the directory of the torch package that `import torch` loads (a real path: envs.torch_info resolves it)"""
 
     @classmethod
-    def from_info(cls, info: dict) -> "TorchUnderTest":
+    def from_info(cls, info: dict) -> TorchUnderTest:
         return cls(version=info["version"], dist_version=info.get("dist_version") or info["version"],
                    git_version=info.get("git_version"), location=info.get("location") or "")
 

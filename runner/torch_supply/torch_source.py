@@ -30,11 +30,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ootci.runner.core import git, procs
-from ootci.runner.core import rootcause
-from ootci.runner.torch_supply.envs import cache_root, digest
+from ootci.runner.core import git, procs, rootcause
 from ootci.runner.core.errors import GitError, PackageIndexError, TorchBuildError, TorchSpecError
 from ootci.runner.core.procs import ProcResult
+from ootci.runner.torch_supply.envs import cache_root, digest
 from ootci.runner.torch_supply.torchspec import TorchSpec
 
 DEFAULT_REPO = "https://github.com/pytorch/pytorch"
@@ -378,6 +377,7 @@ def _run(cmd: Command, log: Path | None) -> ProcResult:
     result = procs.run(cmd.argv, timeout=cmd.timeout, log=log, env=env, cwd=cmd.cwd)
     if not result.ok:
         cause = rootcause.from_proc(result, what=cmd.what)
+        assert cause is not None  # the process failed
         where = f" (log: {log})" if log else ""
         raise TorchBuildError(f"source build: {cmd.what} failed: {cause.summary}{where}", result, cause)
     return result

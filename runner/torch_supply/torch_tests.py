@@ -52,7 +52,8 @@ class UpstreamTests:
     test_dir: Path
     """PyTorch's test/ folder: the manifest's files are paths under it"""
     origin: str
-    """fetched (from `repository`), source build (the mirror of a torch built from source) or given (--upstream-tests)"""
+    """fetched (from `repository`), source build (the mirror of a torch built from source) or given
+    (--upstream-tests)"""
     commit: str | None
     """the commit the files are from; None when a given folder does not say"""
     torch_commit: str | None
@@ -77,7 +78,8 @@ class UpstreamTests:
             if not self.commit:
                 return f"files from {self.test_dir}, of an unknown commit: not the torch's own ({self._torch()})"
             if self.changed:
-                return f"files from {self.test_dir} at {short} with local changes: not the torch's own ({self._torch()})"
+                return (f"files from {self.test_dir} at {short} with local changes: "
+                        f"not the torch's own ({self._torch()})")
             if not self.own_commit:
                 return f"files from {self.test_dir} at {short}: not the torch's own commit ({self._torch()})"
             return f"files from {self.test_dir} at {short}, the torch's own commit"

@@ -54,7 +54,7 @@ class BuildTorch:
         return {"version": self.version, "git_version": self.git_version, "how": self.how}
 
     @classmethod
-    def from_json(cls, data: dict | None) -> "BuildTorch | None":
+    def from_json(cls, data: dict | None) -> BuildTorch | None:
         if not isinstance(data, dict) or not isinstance(data.get("version"), str) or not data["version"]:
             return None
         git = data.get("git_version")

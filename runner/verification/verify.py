@@ -23,20 +23,19 @@ import secrets
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, Field
 
-from ootci.runner.torch_supply import envs
-from ootci.runner.core import procs
-from ootci.runner.core import rootcause
+from ootci.runner.core import procs, rootcause
 from ootci.runner.core.errors import TargetEnvironmentError, UsageError
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import CheckResult, RootCause, Status
+from ootci.runner.torch_supply import envs
 from ootci.runner.torch_supply.wheel_metadata import BuildTorch, WheelMetadata
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"
@@ -83,7 +82,8 @@ class Verification(BaseModel):
             skipped = sum(1 for c in self.checks if c.status is Status.skipped)
             passed = len(self.checks) - skipped
             return f"{passed} checks passed" + (f", {skipped} skipped" if skipped else "")
-        return f"{failed[0].name} {failed[0].status.value}: {self.root_cause.summary if self.root_cause else failed[0].detail}"
+        why = self.root_cause.summary if self.root_cause else failed[0].detail
+        return f"{failed[0].name} {failed[0].status.value}: {why}"
 
 
 # ---------------------------------------------------------------- probes
@@ -98,6 +98,10 @@ class Probe:
 
     def get(self, phase: str) -> dict | None:
         return self.phases.get(phase)
+
+    def value(self, phase: str) -> dict:
+        """What a phase that passed reported (KeyError if it did not report)."""
+        return self.phases[phase]["value"]
 
 
 @dataclass
@@ -276,7 +280,8 @@ def _targets(inventory: dict, manifest: Manifest | None) -> list[Target]:
     if manifest is not None:
         name, module, attr = manifest.entry_point_parts
         ours = [e for e in installed
-                if e.get("distribution") and canonicalize_name(e["distribution"]) == canonicalize_name(manifest.distribution)]
+                if e.get("distribution")
+                and canonicalize_name(e["distribution"]) == canonicalize_name(manifest.distribution)]
         match = next((e for e in ours if e["name"] == name), None) or next(iter(ours), None)
         return [Target(ep_name=match["name"] if match else name, module=module, attr=attr,
                        import_name=manifest.import_name, device=manifest.device, dtypes=list(manifest.dtypes),
@@ -324,7 +329,8 @@ def verify(
     if not targets:
         check = CheckResult(name="entry_point", status=Status.skipped,
                             detail="no torch.backends entry point is installed in this environment")
-        return Verification(status=Status.skipped, python=str(runner.python), torch_version=inventory.get("torch_version"),
+        return Verification(status=Status.skipped, python=str(runner.python),
+                            torch_version=inventory.get("torch_version"),
                             checks=[check], duration_s=time.monotonic() - started)
     work = _Verifier(runner, inventory, targets, runs=max(1, runs), jobs=max(1, jobs), blocking_only=blocking_only)
     checks = work.run()
@@ -442,11 +448,11 @@ class _Verifier:
         # The plain-import probe is the longest and matters most: start it first, unless
         # the device names must first be learned from the entry points loaded alone.
         on = None if learn else pool.submit(self._autoload_on)
-        if self.blocking_only and not learn:
+        if on is not None and self.blocking_only:
             return [*self._entry_point_checks(), *self._blocking_checks(on.result()), *self._not_blocking()]
         off = {t.ep_name: pool.submit(self._autoload_off, t) for t in self.targets}
         before = {t.ep_name: pool.submit(self.runner.probe, "imports.py", t.import_name, "torch") for t in self.targets}
-        if learn:
+        if on is None:  # learn
             for t in self.targets:
                 t.device = t.device or _learned_device(off[t.ep_name].result())
             on = pool.submit(self._autoload_on)
@@ -465,7 +471,7 @@ class _Verifier:
         return checks
 
     def _entry_point_checks(self) -> list[CheckResult]:
-        return [_timed(lambda: self._entry_point_check(t)) for t in self.targets]
+        return [_timed(functools.partial(self._entry_point_check, t)) for t in self.targets]
 
     def _blocking_checks(self, on_run: Probe) -> list[CheckResult]:
         """plain_import, then each target's device and tensor: what the plain-import probe says."""
@@ -575,7 +581,8 @@ class _Verifier:
             summary = f"module {t.module} of entry point {t.ep_name} cannot be found"
             return CheckResult(name=name, status=Status.failed, detail=summary, data=data,
                                root_cause=rootcause.missing(summary, culprit=t.ep_name,
-                                                            hint="the package does not ship the module its entry point names"))
+                                                            hint="the package does not ship the module its entry "
+                                                                 "point names"))
         shadowed = entry.get("shadowed")
         if shadowed:
             summary = source_tree_shadowing(shadowed)
@@ -632,12 +639,13 @@ class _Verifier:
             return self._blocked(name, "import torch fails")
         if not t.device:
             return CheckResult(name=name, status=Status.skipped,
-                               detail="no device learned: the entry point registered no PrivateUse1 name or device module")
+                               detail="no device learned: the entry point registered no PrivateUse1 name or "
+                                      "device module")
         status, cause = self._outcome(on, f"device:{t.device}", f"using device '{t.device}'")
         if status is not Status.passed:
             return CheckResult(name=name, status=status, root_cause=cause,
                                detail=f"device '{t.device}' is not usable: {_why(cause)}")
-        report = on.get(f"device:{t.device}")["value"]
+        report = on.value(f"device:{t.device}")
         state = (on.get("import") or {}).get("state") or {}
         problems = []
         if state.get("privateuse1") not in ("privateuseone", t.device):
@@ -678,7 +686,7 @@ class _Verifier:
         if status is not Status.passed:
             return CheckResult(name=name, status=status, root_cause=cause,
                                detail=f"tensor round trip to '{t.device}' fails: {_why(cause)}")
-        results = on.get(phase)["value"]
+        results = on.value(phase)
         wrong = [d for d, r in results.items() if not (r["equal"] and r["literal_ok"] and r["device_type"] == t.device)]
         if wrong:
             summary = f"tensor round trip to '{t.device}' changes the values of {', '.join(wrong)}"
@@ -724,7 +732,7 @@ class _Verifier:
             (t.import_name, "torch", before, (f"import:{t.import_name}", "import:torch")),
             ("torch", t.import_name, on, ("import", f"after:{t.import_name}")),
         ):
-            for module, phase in zip((first, second), phases):
+            for module, phase in zip((first, second), phases, strict=True):
                 status, cause = self._outcome(probe, phase, f"import {module}")
                 if status is not Status.passed:
                     return CheckResult(name=name, status=status, root_cause=cause,
@@ -735,7 +743,8 @@ class _Verifier:
 
     # -- 7. neighbours
 
-    def _neighbours_check(self, pool: ThreadPoolExecutor, plain: CheckResult, off_runs: dict[str, Probe]) -> CheckResult:
+    def _neighbours_check(self, pool: ThreadPoolExecutor, plain: CheckResult,
+                          off_runs: dict[str, Probe]) -> CheckResult:
         names = [e["name"] for e in self.installed]
         ours = {t.ep_name for t in self.targets}
         others = [n for n in names if n not in ours]
@@ -795,7 +804,7 @@ class _Verifier:
         samples: dict[bool, list[float]] = {True: [], False: []}
         first_on = (on.get("import") or {}).get("_arrived_s")
         first_off = ((off.get("import") or {}) if off else {}).get("_arrived_s")
-        if first_on and first_off and (off.get("import") or {}).get("ok"):
+        if off and first_on and first_off and (off.get("import") or {}).get("ok"):
             samples[True].append(first_on * 1000)
             samples[False].append(first_off * 1000)
         while len(samples[True]) < self.runs:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.records import record_files
 from ootci.runner.models import BisectRecord, Status, Verdict
+from ootci.runner.records import record_files
 from tests.support import bisect_repo
 from tests.support.cli import ootci
 from tests.support.records import records_under

@@ -83,7 +83,7 @@ def test_a_path_outside_any_git_work_tree_is_refused_in_one_line(tmp_path):
     result = ootci("bisect", str(repo / "backend.toml"), "--axis", "backend", "--good", "HEAD~1", "--bad", "HEAD",
                    "--torch", "2.13.0", "--suites", "none", "--out", str(tmp_path / "bisect"), timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
-    [line] = [l for l in result.stderr.splitlines() if l.startswith("ootci: ")]
+    [line] = [text for text in result.stderr.splitlines() if text.startswith("ootci: ")]
     assert "Traceback" not in result.stderr
     assert f"source.path {repo} is not in a git work tree" in line
 

@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from ootci.runner.bisection import bisect, bisect_candidates, bisect_search
-from ootci.runner.core import errors
 from ootci.runner import models
+from ootci.runner.bisection import bisect, bisect_candidates, bisect_search
+from ootci.runner.bisection.bisect_search import Ended, Probe, Step
+from ootci.runner.core import errors
+from ootci.runner.models import Outcome, RootCause, RunRecord, StageResult, Status, TorchInfo, Verdict
 from ootci.runner.records import record_files
 from ootci.runner.torch_supply import torch_index
-from ootci.runner.bisection.bisect_search import Ended, Probe, Step
-from ootci.runner.models import (Outcome, RootCause, RunRecord, StageResult, Status, TorchInfo,
-                                 Verdict)
 from tests.support.cli import ootci
 
 V = Verdict
@@ -86,12 +85,13 @@ def test_the_next_probe_depends_only_on_the_steps_so_a_replay_goes_on_where_it_s
 def record(run_id: str, stages: dict[str, Status], tests: dict[str, Outcome] | None = None,
            cause: str = "") -> RunRecord:
     r = RunRecord(run_id=run_id, backend="b", device="d", torch=TorchInfo(spec="2.13.0", version="2.13.0+cpu"),
-                  started_at=dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc))
+                  started_at=dt.datetime(2026, 11, 1, tzinfo=dt.UTC))
     for name, status in stages.items():
         r.stages.append(StageResult(name=name, status=status, summary=f"{name} {status.value}",
                                     root_cause=RootCause(kind="test", summary=cause) if cause and not status.ok
                                     else None))
-    r.tests = [models.TestResult(id=i, suite="smoke", outcome=o, message=f"{i} {o.value}") for i, o in (tests or {}).items()]
+    r.tests = [models.TestResult(id=i, suite="smoke", outcome=o, message=f"{i} {o.value}")
+               for i, o in (tests or {}).items()]
     return r
 
 
@@ -249,7 +249,7 @@ def write_run(runs: Path, run_id: str, *, version: str, git_version: str, smoke:
     r.backend, r.trigger = "openreg", "nightly"
     r.torch = TorchInfo(spec="nightly", version=version, dist_version=version, git_version=git_version,
                         index_url="https://download.pytorch.org/whl/nightly/cpu")
-    r.started_at = r.finished_at = dt.datetime(2026, 11, started, tzinfo=dt.timezone.utc)
+    r.started_at = r.finished_at = dt.datetime(2026, 11, started, tzinfo=dt.UTC)
     r.status = Status.passed if smoke is Status.passed else Status.failed
     (runs / run_id).mkdir(parents=True)
     record_files.write(runs / run_id, r)
@@ -273,9 +273,10 @@ def test_the_commits_plan_of_two_adjacent_nightlies_in_a_dry_run(tmp_path):
     assert out.splitlines()[0] == (f"bisect openreg: good {good}, bad {bad} (a dry run writes nothing; "
                                    f"the bisection would be written under {tmp_path / 'bisect'})")
     assert "predicate: stage smoke" in out and "  smoke::test_x.py::test_mul" in out
-    assert "torch axis (backend as in the manifest): 0 candidate(s) between torch 2.16.0.dev20261121 and torch 2.16.0.dev20261122" in out
+    assert ("torch axis (backend as in the manifest): 0 candidate(s) between torch 2.16.0.dev20261121 "
+            "and torch 2.16.0.dev20261122") in out
     assert "torch-commits axis" in out and "3 candidate(s)" in out
-    for sha, pr in zip(commits[1:4], (160001, None, 160003)):
+    for sha, pr in zip(commits[1:4], (160001, None, 160003), strict=True):
         line = next(line for line in out.splitlines() if sha[:10] in line)
         assert f"git:{sha}" in line and ((f"pr={pr}" in line) if pr else "pr=" not in line)
     assert not (tmp_path / "bisect").exists()

@@ -15,7 +15,7 @@ from ootci.runner.models import BisectCandidate, BisectRecord, BisectRound, RunR
 from ootci.runner.models import Verdict as V
 from tests.support.cli import ootci
 
-STARTED = dt.datetime(2026, 11, 20, 3, 17, tzinfo=dt.timezone.utc)
+STARTED = dt.datetime(2026, 11, 20, 3, 17, tzinfo=dt.UTC)
 GOOD_ROUNDS = [3.0, 3.05, 2.95, 3.02, 2.98]
 BAD_ROUNDS = [3.9, 3.95, 3.85, 4.0, 3.92]
 
@@ -157,7 +157,8 @@ def test_a_walk_finds_the_commit_that_made_it_slower_past_a_noisy_one(tmp_path):
 
     b.walk(r, state.predicate, step)
     assert r.result.kind == "found", r.result
-    assert (r.candidates[r.result.last_good].commit, r.candidates[r.result.first_bad].commit) == (commits[3], commits[4])
+    ends = (r.candidates[r.result.last_good].commit, r.candidates[r.result.first_bad].commit)
+    assert ends == (commits[3], commits[4])
     assert r.result.cause.startswith("add_tiny 3.92") and "5 of 5 rounds nearer bad" in r.result.cause
     assert all(s.verdict is not V.bad for s in r.steps if r.candidates[s.candidate].commit in commits[:4])
 
@@ -245,7 +246,8 @@ def test_a_step_measures_only_the_measurement_and_an_end_measures_them_all(tmp_p
 
     manifest = registry.resolve("openreg")
     asked = []
-    monkeypatch.setattr(bisect, "run_backend", lambda m, options, reporter: asked.append(options) or bench_run("x", None))
+    monkeypatch.setattr(bisect, "run_backend",
+                        lambda m, options, reporter: asked.append(options) or bench_run("x", None))
     options = bisect.BisectOptions(manifest=manifest, good="c0", bad="c7", out=tmp_path, perf="add_tiny")
     b = bisect.Bisection(options, BisectRecord(bisect_id="b", backend="openreg", started_at=bisect.now(),
                                                good="c0", bad="c7"), tmp_path)

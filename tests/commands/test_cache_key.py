@@ -12,10 +12,14 @@ from pathlib import Path
 import pytest
 
 from ootci.runner import cli
-from ootci.runner.torch_supply import envs, torchspec
 from ootci.runner.commands import cache_key
 from ootci.runner.core.errors import UnknownBackendError, UsageError
-from tests.support.nightly_index import NEWEST_OURS, OLDER_OURS, cache, html_page, serve_wheels
+from ootci.runner.torch_supply import envs, torchspec
+from tests.support import nightly_index
+from tests.support.nightly_index import NEWEST_OURS, OLDER_OURS, html_page, serve_wheels
+
+# The fixture from tests/support/nightly_index.py, which the tests below take by name.
+cache = nightly_index.cache
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -40,7 +40,8 @@ def test_a_code_is_shared_only_where_the_table_says_why():
         if len(names) > 1:
             described = errors.EXIT_CODES[code]
             assert all(name in described for name in names), f"exit code {code} is shared by {sorted(names)}"
-    assert all(cls.__name__ in errors.EXIT_CODES[cls.exit_code] for cls in ootci_errors() if cls is not errors.OotciError)
+    assert all(cls.__name__ in errors.EXIT_CODES[cls.exit_code]
+               for cls in ootci_errors() if cls is not errors.OotciError)
 
 
 def _error_names() -> set[str]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from ootci.runner.core import procs
-from ootci.runner.core import rootcause
+from ootci.runner.core import procs, rootcause
 
 
 def run_python(code: str, timeout: float = 30) -> procs.ProcResult:

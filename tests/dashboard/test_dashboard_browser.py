@@ -44,7 +44,8 @@ def hostile_record():
     record.tests[:0] = [
         models.TestResult(id=HOSTILE_ID, suite="smoke", outcome=models.Outcome.failed, message=HOSTILE_MSG,
                    log_tail="</pre><script>alert(4)</script>"),
-        models.TestResult(id="test_long.py::test_" + "x" * 3000, suite="smoke", outcome=models.Outcome.error, message=LONG),
+        models.TestResult(id="test_long.py::test_" + "x" * 3000, suite="smoke", outcome=models.Outcome.error,
+                          message=LONG),
         models.TestResult(id="test_xf.py::test_long_reason", suite="integration", outcome=models.Outcome.xfailed,
                           message=LONG_REASON),
     ]
@@ -63,7 +64,8 @@ def hostile_record():
 
 
 def follow(page, link):
-    """Click `link` and return once the page it opens (or the anchor it scrolls to) has loaded. A click returns as soon as the
+    """Click `link` and return once the page it opens (or the anchor it scrolls to) has loaded. A click
+    returns as soon as the
     navigation commits: `page.url` already names the new page while its rows may not be parsed
     yet (CI once read 0 rows of 97 on the "passed" page)."""
     target = link.evaluate("a => a.href")  # resolved and encoded as the browser will load it

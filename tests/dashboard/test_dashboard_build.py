@@ -16,8 +16,8 @@ import pytest
 
 from ootci.dashboard import render, site, synthetic
 from ootci.dashboard.store import safe_name
-from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, RunRecord
+from ootci.runner.records import record_files
 
 SCENARIOS = {s.name: s for s in synthetic.default_scenarios()}
 
@@ -441,7 +441,8 @@ def test_tests_json_is_read_only_for_runs_the_site_shows(tmp_path, jobs):
     (dirs[20] / "record.json").write_text(json.dumps(header))
     report = build(data, out, run_pages=10, jobs=jobs)
     assert [w for w in report.warnings if str(dirs[20]) in w] == [
-        f"tests not read: {dirs[20] / 'tests.json'}: not valid JSON (truncated?): key must be a string at line 1 column 2"]
+        f"tests not read: {dirs[20] / 'tests.json'}: not valid JSON (truncated?): "
+        "key must be a string at line 1 column 2"]
 
 
 def test_records_with_inline_tests_still_build(tmp_path):
@@ -543,7 +544,8 @@ def test_dashboard_never_imports_torch(tmp_path):
     write_nights(data, "openreg", range(0, 2))
     code = ("import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
             "from ootci.runner.cli import main\n"
-            f"raise SystemExit(main(['dashboard', 'build', '--data', {str(data)!r}, '--out', {str(tmp_path / 's')!r}]))")
+            f"raise SystemExit(main(['dashboard', 'build', '--data', {str(data)!r}, "
+            f"'--out', {str(tmp_path / 's')!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert proc.returncode == 0, proc.stderr
@@ -646,8 +648,8 @@ def test_a_missing_night_neither_starts_nor_ends_a_red_stretch(tmp_path):
     """tenstorrent: green until night 9, red from night 10; night 12 left no record. The culprit
     range, the new failures and the nightly a PR run compares with come from the runs that have
     results; the latest run shown is the missing one."""
-    from ootci.runner.manifests import registry
     from ootci.runner.history import missing_runs
+    from ootci.runner.manifests import registry
 
     data, out = tmp_path / "runs", tmp_path / "site"
     write_nights(data, "tenstorrent", range(8, 12))

@@ -15,7 +15,7 @@ import pytest
 from ootci.dashboard import site, synthetic
 from ootci.runner.models import RunRecord, StageResult, Status, TorchInfo
 
-START = dt.datetime(2026, 10, 1, 3, 17, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 10, 1, 3, 17, tzinfo=dt.UTC)
 NIGHTS = 30
 STEP_AT = 24
 """the first night of the 3 % step planted in `add_tiny`'s device count: 6 nights at the new level"""

@@ -17,7 +17,7 @@ from tests.support.cli import ootci
 from tests.support.fake_github import run_artifact
 from tests.support.other_publishers import push_after_the_next_push
 
-NOW = dt.datetime(2026, 11, 26, 3, 17, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 26, 3, 17, tzinfo=dt.UTC)
 
 
 def run_id(backend: str, suffix: str) -> str:
@@ -118,7 +118,8 @@ def test_a_pr_runs_publish_refuses_what_its_jobs_cannot_have_made(tmp_path, data
 
     assert published.returncode == 0, published.stderr
     assert f"refused {records / forged}: its trigger is 'nightly', and this run publishes pr runs" in published.stdout
-    assert f"refused {records / other_pr}: it is a run of PR #1, and this run publishes PR #167123's" in published.stdout
+    assert (f"refused {records / other_pr}: it is a run of PR #1, and this run publishes PR #167123's"
+            in published.stdout)
     assert f"refused {bisection}: a bisection" in published.stdout
     assert "1 run(s) and 0 bisection(s) added" in published.stdout
     on_branch = data_branch_files(data)

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import requests
 
-from ootci.runner.history import github_artifacts
 from ootci.runner.core.errors import GitHubError
 from ootci.runner.core.http import Retry
+from ootci.runner.history import github_artifacts
 from tests.support import fake_github
 from tests.support.cli import ootci
 from tests.support.fake_github import REPOSITORY, STORAGE_HOST, TOKEN, FakeGitHub, zipped
 
-NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.records import record_files
 from ootci.runner.models import RootCause, RunRecord, StageResult, Status, TorchInfo
+from ootci.runner.records import record_files
 from tests.support.cli import ootci
 
-STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
+STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.UTC)
 
 
 def write_run(out: Path, run_id: str, status: Status = Status.passed, backend: str = "openreg",
@@ -23,7 +23,8 @@ def write_run(out: Path, run_id: str, status: Status = Status.passed, backend: s
     if status is not Status.passed:
         stages.append(StageResult(name="autoload", status=status, summary="import torch failed",
                                   root_cause=RootCause(kind="exception", summary="OSError: libhccl.so: cannot open")))
-    record = RunRecord(run_id=run_id, backend=backend, device="openreg", torch=TorchInfo(spec="2.13.0", version="2.13.0"),
+    record = RunRecord(run_id=run_id, backend=backend, device="openreg",
+                       torch=TorchInfo(spec="2.13.0", version="2.13.0"),
                        started_at=STARTED, status=status, stages=stages, **record_fields)
     run_dir = out / run_id
     (run_dir / "logs").mkdir(parents=True)
@@ -105,7 +106,8 @@ def test_fill_missing_writes_a_missing_record_for_each_matrix_entry_without_one(
     assert match and match["backend"] == "gaudi-hpu"
     assert f"gaudi-hpu: no record; wrote {record.run_id} (missing: {reason})" in result.stdout
     # Who, against what, and why, from the registry and the matrix entry.
-    assert (record.backend, record.device, record.trigger, record.torch.spec) == ("gaudi-hpu", "hpu", "nightly", "2.13.0")
+    assert ((record.backend, record.device, record.trigger, record.torch.spec)
+            == ("gaudi-hpu", "hpu", "nightly", "2.13.0"))
     assert record.status is Status.missing and not record.status.ok
     assert record.finished_at is not None and record.started_at.strftime("%Y%m%dT%H%M%SZ") == match["stamp"]
     [stage] = record.stages
@@ -126,7 +128,8 @@ def test_fill_missing_writes_a_missing_record_for_each_matrix_entry_without_one(
     github_output = tmp_path / "github_output"
     summary = ootci("summary", str(tmp_path / "history"), env={"GITHUB_OUTPUT": str(github_output)})
     assert github_output.read_text().splitlines()[0] == "status=missing"
-    assert f"| gaudi-hpu | ❓ missing | 2.13.0 | nightly | job: no record from the backend job: {reason} |" in summary.stdout
+    assert (f"| gaudi-hpu | ❓ missing | 2.13.0 | nightly | job: no record from the backend job: {reason} |"
+            in summary.stdout)
 
 
 def test_fill_missing_from_a_matrix_file_into_a_directory_that_does_not_exist_yet(tmp_path):
@@ -152,7 +155,8 @@ def test_fill_missing_from_a_matrix_file_into_a_directory_that_does_not_exist_ye
     ("nowhere.json", 2, "--matrix nowhere.json: cannot read: No such file or directory"),
     ('{"matrix": []}', 2, '--matrix: expected {"include": [...]} as `ootci matrix` prints it'),
     ('{"include": [{"name": "openreg"}, {"torch": "2.13.0"}]}', 2, "--matrix: include[1].name: missing"),
-    ('{"include": [{"name": "openreg", "torch": 2}]}', 2, "--matrix: include[0].torch: expected a non-empty string, got 2"),
+    ('{"include": [{"name": "openreg", "torch": 2}]}', 2,
+     "--matrix: include[0].torch: expected a non-empty string, got 2"),
     ('{"include": ["openreg"]}', 2, '--matrix: include[0]: expected an object, got "openreg"'),
     ('{"include": [{"name": "no-such-backend"}]}', 4, "--matrix: include[0].name: unknown backend 'no-such-backend'"),
 ], ids=["json", "file", "shape", "name", "torch", "entry", "unknown"])

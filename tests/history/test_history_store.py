@@ -16,13 +16,13 @@ from ruamel.yaml import YAML
 
 from ootci.dashboard import site
 from ootci.runner.history import history_store
-from ootci.runner.records import packed_tests, record_files
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
+from ootci.runner.records import packed_tests, record_files
 from tests.support.cli import ootci
 
 REPO = Path(__file__).resolve().parents[2]
-STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
+STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.UTC)
 RUN_URL = "https://github.com/ootci/ootci/actions/runs/123456"
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.suite_runs import classify
-from ootci.runner.manifests import known_failures, manifest
-from ootci.runner.records import record_files
 from ootci.runner.core.errors import ManifestError
+from ootci.runner.manifests import known_failures, manifest
 from ootci.runner.models import Outcome, RunRecord, TorchInfo
 from ootci.runner.models import TestResult as Result
+from ootci.runner.records import record_files
+from ootci.runner.suite_runs import classify
 from tests.support.cli import ootci
 
 MANIFEST = """\
@@ -36,7 +36,7 @@ def result(test_id: str, outcome: Outcome, suite: str = "integration", message: 
 
 
 def write_run(directory: Path, command: str, tests: list[Result]) -> Path:
-    record = RunRecord(run_id="partly-1", backend="partly", device="partly", started_at=dt.datetime.now(dt.timezone.utc),
+    record = RunRecord(run_id="partly-1", backend="partly", device="partly", started_at=dt.datetime.now(dt.UTC),
                        torch=TorchInfo(spec="2.13.0", version="2.13.0+cpu"), command=command, tests=tests)
     record_files.write(directory, record)
     return directory
@@ -72,7 +72,8 @@ def test_expect_writes_the_baseline_names_it_in_the_manifest_and_the_run_then_cl
         '"test_opinfo.py::test_compare_cpu[fft.fft-float32]" = { outcome = "crashed", torch = "2.13.0+cpu", '
         'reason = "crashed: SIGSEGV" }',
         "[own]",
-        '"tests/test_mem.py::test_stats" = { outcome = "error", torch = "2.13.0+cpu", reason = "No module named \'psutil\'" }',
+        '"tests/test_mem.py::test_stats" = '
+        '{ outcome = "error", torch = "2.13.0+cpu", reason = "No module named \'psutil\'" }',
     ]
     manifest_text = (vendor / "ci" / "backend.toml").read_text()
     assert manifest_text == MANIFEST.replace("\n\n[source]", '\nknown_failures = "known-failures.toml"\n\n[source]')
@@ -112,7 +113,8 @@ def test_bad_input_is_one_line(vendor, tmp_path):
     not_a_run = tmp_path / "empty"
     not_a_run.mkdir()
     done = ootci("expect", "--from", str(not_a_run), cwd=vendor)
-    assert done.returncode == 2 and done.stderr == f"ootci: --from {not_a_run}: not a run record (no record.json there)\n"
+    assert done.returncode == 2
+    assert done.stderr == f"ootci: --from {not_a_run}: not a run record (no record.json there)\n"
     (not_a_run / "record.json").write_text("{\"run_id\": 3}")
     done = ootci("expect", "--from", str(not_a_run), cwd=vendor)
     assert done.returncode == 2 and done.stderr.startswith(f"ootci: --from {not_a_run}: not a run record (")
@@ -132,7 +134,8 @@ def test_bad_input_is_one_line(vendor, tmp_path):
         (path.parent / "known.toml").write_text(f"[integration]\n{line}\n")
         done = ootci("show", str(path), cwd=vendor)
         assert done.returncode == 3 and len(done.stderr.splitlines()) == 1, done.stderr
-        assert done.stderr.startswith(f"ootci: {path.parent / 'known.toml'}: [integration] ") and complaint in done.stderr
+        assert done.stderr.startswith(f"ootci: {path.parent / 'known.toml'}: [integration] ")
+        assert complaint in done.stderr
 
 
 @pytest.mark.parametrize("test_id, ok", [
@@ -171,7 +174,8 @@ def test_what_expect_writes_the_next_run_reads_a_file_that_failed_to_import_too(
     # A test that fails on CPU too is not the backend's: never a known failure of it.
     assert set(loaded.known["upstream"]) == {"test_view_ops.py::TestViewOps::test_flip_openreg_float32"}
     entry = classify.expected_failure(loaded, "own", "tests/test_autograd.py")
-    assert classify.apply_expected(result("tests/test_autograd.py", Outcome.error, "own"), entry).outcome is Outcome.xfailed
+    applied = classify.apply_expected(result("tests/test_autograd.py", Outcome.error, "own"), entry)
+    assert applied.outcome is Outcome.xfailed
     # --prune drops a listed test that now fails on CPU too.
     later = write_run(vendor / "later", "ootci run ci/backend.toml --torch 2.13.0", [
         result("tests/test_autograd.py", Outcome.xfailed, suite="own"),

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.manifests import manifest, registry
 from ootci.runner.core.errors import ManifestError, UnknownBackendError
+from ootci.runner.manifests import manifest, registry
 from ootci.runner.manifests.manifest import Capability
 from tests.support.cli import ootci
 

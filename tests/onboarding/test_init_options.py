@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ootci.runner import cli
-from ootci.runner.onboarding import onboard
-from ootci.runner.torch_supply import torchspec
 from ootci.runner.commands import init
+from ootci.runner.onboarding import onboard
 from ootci.runner.stages.report import Reporter
+from ootci.runner.torch_supply import torchspec
 
 FORK = "https://github.com/acme/pytorch"
 

@@ -134,7 +134,7 @@ def record(run_id: str, day: int, stage: StageResult | None, **fields) -> RunRec
         stages.append(stage)
     return RunRecord(run_id=run_id, backend="acme", device="acme",
                      torch=TorchInfo(spec="nightly", git_version=f"{day:040x}"),
-                     started_at=dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=day),
+                     started_at=dt.datetime(2026, 10, 1, tzinfo=dt.UTC) + dt.timedelta(days=day),
                      status=Status.passed, stages=stages, trigger=fields.pop("trigger", "nightly"), **fields)
 
 

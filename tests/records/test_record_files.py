@@ -8,9 +8,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result  # not "Test*": pytest would try to collect it
+from ootci.runner.records import record_files
 
 
 def make_record(tests: int) -> RunRecord:

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.records import record_files
-from ootci.runner.manifests import registry
 from ootci.runner import relay
 from ootci.runner.commands.registry import matrix_entries
 from ootci.runner.core.errors import RelayError, UsageError
+from ootci.runner.manifests import registry
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result  # not "Test*": pytest would collect it
-from tests.support.fake_relay import AUDIENCE, REQUEST_TOKEN, FakeRelay
+from ootci.runner.records import record_files
+from tests.support.fake_relay import AUDIENCE, FakeRelay
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "relay"
 RUN_ID = "19283746501"
@@ -91,7 +91,7 @@ def relay_server(httpserver):
 
 # -- run records -------------------------------------------------------------------
 
-STARTED = dt.datetime(2026, 11, 23, 9, 0, tzinfo=dt.timezone.utc)
+STARTED = dt.datetime(2026, 11, 23, 9, 0, tzinfo=dt.UTC)
 
 
 def write_run(root: Path, run_id: str, *, backend: str = "openreg", trigger: str = "pr", pr: int | None = 167123,

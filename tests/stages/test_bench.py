@@ -56,8 +56,8 @@ def test_the_reproduce_command_names_bench_only_when_suites_did():
 
 def test_bench_only_names_the_measurements_the_probe_times(tmp_path):
     """--bench-only reaches the probe as --only; without the bench stage it is refused in one line."""
-    from ootci.runner.commands.run import options_from
     from ootci.runner.cli import build_parser
+    from ootci.runner.commands.run import options_from
 
     def options(*args: str) -> RunOptions:
         return options_from(build_parser().parse_args(["run", "openreg", "--torch", "2.13.0", "--out", str(tmp_path),
@@ -85,7 +85,8 @@ def test_dry_run_says_bench_is_off_and_how_to_turn_it_on(tmp_path):
         default = ootci("run", "openreg", "--torch", "2.13.0", "--dry-run", "--suites", suites, "--out", str(tmp_path))
         assert "  bench        off (" in default.stdout
     bad = ootci("run", "openreg", "--torch", "2.13.0", "--dry-run", "--suites", "benchmark", "--out", str(tmp_path))
-    assert bad.returncode == 2 and "--suites: unknown suite 'benchmark' (known: smoke, integration, upstream, bench)" in bad.stderr
+    assert bad.returncode == 2
+    assert "--suites: unknown suite 'benchmark' (known: smoke, integration, upstream, bench)" in bad.stderr
 
 
 def probe_with(torch_layer, tmp_path: Path, monkeypatch, sitecustomize: str, *args: str):

@@ -194,7 +194,8 @@ def test_github_actions_output(toy_runs, tmp_path):
     assert result.returncode == 1
     err = result.stderr
     assert "::group::ootci broken-build build" in err
-    assert err.index("::group::ootci broken-build build") < err.index("vendor SDK not found") < err.index("::endgroup::", err.index("::group::ootci broken-build build"))
+    group = err.index("::group::ootci broken-build build")
+    assert group < err.index("vendor SDK not found") < err.index("::endgroup::", group)
     assert "::error title=ootci broken-build build failed::ValueError: vendor SDK not found" in err
     text = summary.read_text()
     assert "### ootci: broken-build" in text
@@ -269,7 +270,8 @@ def toy_git_repo(tmp_path) -> tuple[Path, str]:
 
 
 def _git_manifest(tmp_path: Path, repo: Path, ref: str) -> Path:
-    text = Path(manifest("toy")).read_text().replace('path = "pkg"', f'git = "{repo}"\nref = "{ref}"\nsubdir = "python"')
+    text = Path(manifest("toy")).read_text().replace('path = "pkg"',
+                                                     f'git = "{repo}"\nref = "{ref}"\nsubdir = "python"')
     path = tmp_path / "git-toy" / "backend.toml"
     path.parent.mkdir()
     path.write_text(text)

@@ -14,7 +14,7 @@ def record() -> RunRecord:
     return RunRecord(
         run_id="demo-1", backend="demo", device="demo", torch=TorchInfo(spec="2.13.0", version="2.13.0+cpu",
                                                                          git_version="cf30153c4c131c8164ee"),
-        started_at=dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc), status=Status.failed,
+        started_at=dt.datetime(2026, 11, 21, tzinfo=dt.UTC), status=Status.failed,
         command="ootci run demo --torch 2.13.0",
         stages=[StageResult(name="build", status=Status.passed, duration_s=1.5, summary="built | demo.whl"),
                 StageResult(name="autoload", status=Status.failed, summary="import torch failed",

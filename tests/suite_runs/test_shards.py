@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.manifests import manifest
-from ootci.runner.records import record_files
-from ootci.runner.suite_runs import junit, shards
 from ootci.runner.history.merging import merge as history_merge
+from ootci.runner.manifests import manifest
 from ootci.runner.models import Outcome, RootCause, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
+from ootci.runner.records import record_files
 from ootci.runner.stages.base import RunContext, RunOptions
+from ootci.runner.suite_runs import junit, shards
 from ootci.runner.suite_runs.suite_runner import SUITES_DIR, run_stage
 from tests.support.cli import ootci
 from tests.support.records import records_under
 from tests.support.shared_runs import OPENREG_ON_2_13, openreg_on_2_13
 
-STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.timezone.utc)
+STARTED = dt.datetime(2026, 11, 21, 3, 17, tzinfo=dt.UTC)
 
 
 def load_plugin():
@@ -173,7 +173,7 @@ def tiny_backend(tmp_path: Path) -> manifest.Manifest:
 def tiny_stage(m: manifest.Manifest, out: Path, shard: str | None) -> RunRecord:
     """The integration stage of the tiny backend in this (orchestrator) interpreter, as a record."""
     record = RunRecord(run_id=out.name, backend="tiny", device="cpu", torch=TorchInfo(spec="installed"),
-                       started_at=dt.datetime.now(dt.timezone.utc), shard=shard,
+                       started_at=dt.datetime.now(dt.UTC), shard=shard,
                        shard_group="g1" if shard else None)
     options = RunOptions(python=Path(sys.executable), suites=("integration",), shard=shard, out=out.parent)
     ctx = RunContext(manifest=m, options=options, record=record, run_dir=out, cache=out, reporter=object(),
@@ -184,7 +184,7 @@ def tiny_stage(m: manifest.Manifest, out: Path, shard: str | None) -> RunRecord:
     stage.log = "logs/integration.log"
     record.stages = [StageResult(name="autoload", status=Status.passed, summary="ok"), stage]
     record.status = stage.status
-    record.finished_at = dt.datetime.now(dt.timezone.utc)
+    record.finished_at = dt.datetime.now(dt.UTC)
     record_files.write(out, record)
     return record
 
@@ -412,7 +412,8 @@ def test_merge_bad_input_is_one_line(tmp_path):
     assert disagree.returncode == 2 and len(disagree.stderr.strip().splitlines()) == 1
     assert "the records disagree on N" in disagree.stderr
     nodir = ootci("shards", "merge", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
-    assert nodir.returncode == 2 and nodir.stderr.strip() == f"ootci: shards merge: {tmp_path / 'nope'} is not a directory"
+    assert nodir.returncode == 2
+    assert nodir.stderr.strip() == f"ootci: shards merge: {tmp_path / 'nope'} is not a directory"
     expect = ootci("shards", "merge", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--expect", "0")
     assert expect.returncode == 2 and expect.stderr.strip() == "ootci: --expect 0: must be at least 1"
     (tmp_path / "file").write_text("")
@@ -479,7 +480,8 @@ def _pytest_under_xdist(tmp_path: Path, backend_source: str, test_source: str) -
     (tmp_path / "check_import.py").write_text(test_source)
     junit_file = tmp_path / "junit.xml"
     done = plugin_pytest_under_xdist(tmp_path, "check_import.py", "--ootci-import", "fakebackend",
-                                     "--ootci-suite", "imports", "--ootci-junit", str(junit_file), path=(str(tmp_path),))
+                                     "--ootci-suite", "imports", "--ootci-junit", str(junit_file),
+                                     path=(str(tmp_path),))
     assert done.returncode in (0, 1, 2), done.stdout + done.stderr
     return sorted(imported.read_text().split()) if imported.exists() else [], junit_file
 
@@ -499,6 +501,7 @@ def test_under_xdist_a_collection_error_still_names_the_backends_import_error(tm
                                                "import fakebackend\n\ndef test_one():\n    pass\n")
     assert set(imported) == {"gw0", "gw1"}  # each twice: in pytest_configure, then collecting the module
     cases = [case for case in junit.parse(junit_file).cases if case.outcome is Outcome.error]
-    assert cases and all(case.message.startswith("--ootci-import: cannot import 'fakebackend': "
-                                                 "RuntimeError: no device driver (collecting: ") for case in cases), cases
+    assert cases and all(case.message.startswith(
+        "--ootci-import: cannot import 'fakebackend': "
+        "RuntimeError: no device driver (collecting: ") for case in cases), cases
     assert not any("ootci: the backend's import error" in case.output for case in cases)  # said once, as the message

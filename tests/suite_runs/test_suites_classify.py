@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.suite_runs import classify
-from ootci.runner.manifests import manifest
 from ootci.runner import models
 from ootci.runner.core.errors import ManifestError
+from ootci.runner.manifests import manifest
 from ootci.runner.models import Outcome
+from ootci.runner.suite_runs import classify
 from ootci.runner.suite_runs.suite_runner import SUITES_DIR, first_failing_test
 
 

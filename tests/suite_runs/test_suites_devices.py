@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.records import record_files
 from ootci.runner.models import Outcome, Status
+from ootci.runner.records import record_files
 from tests.support.cli import ootci
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +97,8 @@ def test_smoke_on_openreg_runs_everything(openreg_env, tmp_path):
 
 @pytest.mark.slow
 def test_integration_on_openreg_reports_ops_and_expected_failures(openreg_env, tmp_path):
-    ops = "add,mul,matmul,to,tensor_split,as_strided*,zeros_like,empty_like,bernoulli,to_sparse,sparse.mm*,group_norm,nn.functional.group_norm"
+    ops = ("add,mul,matmul,to,tensor_split,as_strided*,zeros_like,empty_like,bernoulli,to_sparse,sparse.mm*,"
+           "group_norm,nn.functional.group_norm")
     done, record = ootci_test(openreg_env.python, "openreg", "integration", tmp_path / "out", "--jobs", "1",
                               env={"OOTCI_OPS": ops})
     assert done.returncode == 0, done.stdout + done.stderr
@@ -107,7 +108,8 @@ def test_integration_on_openreg_reports_ops_and_expected_failures(openreg_env, t
     def outcome(op, dtype):
         return by_id[f"test_opinfo.py::test_compare_cpu[{op}-{dtype}]"].outcome
 
-    for op in ("add", "matmul", "to", "tensor_split", "as_strided.partial_views", "zeros_like", "empty_like", "bernoulli"):
+    for op in ("add", "matmul", "to", "tensor_split", "as_strided.partial_views", "zeros_like", "empty_like",
+               "bernoulli"):
         for dtype in ("float32", "bfloat16", "int64"):
             if f"test_opinfo.py::test_compare_cpu[{op}-{dtype}]" in by_id:
                 assert outcome(op, dtype) is Outcome.passed, by_id[f"test_opinfo.py::test_compare_cpu[{op}-{dtype}]"]
@@ -132,7 +134,8 @@ def test_a_backend_that_cannot_be_imported_fails_every_test_with_the_import_erro
     assert done.returncode == 1
     smoke = record.stage("smoke")
     assert smoke.status is Status.failed and record.problems == []
-    error = "--ootci-import: cannot import 'torch_nosuchbackend': ModuleNotFoundError: No module named 'torch_nosuchbackend'"
+    error = ("--ootci-import: cannot import 'torch_nosuchbackend': "
+             "ModuleNotFoundError: No module named 'torch_nosuchbackend'")
     ran = [t for t in record.tests if t.outcome is not Outcome.skipped]
     assert len(ran) > 20 and all(t.outcome is Outcome.failed and error in t.message for t in ran), ran[:3]
     assert error in smoke.root_cause.summary and smoke.root_cause.hint.startswith("a module is missing")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.suite_runs import junit
 from ootci.runner import models
 from ootci.runner.models import Outcome
+from ootci.runner.suite_runs import junit
 from ootci.runner.suite_runs.suite_runner import SUITES_DIR
 
 SYNTHETIC = Path(__file__).parents[1] / "fixtures" / "backends" / "synthetic" / "suite"
@@ -28,7 +28,8 @@ def _pytest(python: Path, state: Path, *args: str, cwd: Path = SYNTHETIC) -> sub
 def plugin_file(torch_layer, tmp_path_factory) -> Path:
     """A JUnit file written by ootci's plugin, for real, from the synthetic outcomes suite."""
     out = tmp_path_factory.mktemp("plugin") / "outcomes.xml"
-    done = _pytest(torch_layer.python, out.parent, "check_outcomes.py", "-p", "ootci_plugin", "--ootci-capabilities", "generator",
+    done = _pytest(torch_layer.python, out.parent, "check_outcomes.py", "-p", "ootci_plugin",
+                   "--ootci-capabilities", "generator",
                    "--ootci-suite", "outcomes", "--ootci-junit", str(out))
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     return out
@@ -139,7 +140,8 @@ line two</error></testcase>
 def test_written_file_round_trips_and_other_readers_see_junit(tmp_path):
     results = [
         models.TestResult(id="test_a.py::test_ok", suite="s", outcome=Outcome.passed, duration_s=0.5),
-        models.TestResult(id="test_a.py::test_flaky", suite="s", outcome=Outcome.flaky, attempts=2, message="passed later"),
+        models.TestResult(id="test_a.py::test_flaky", suite="s", outcome=Outcome.flaky, attempts=2,
+                          message="passed later"),
         models.TestResult(id="test_a.py::test_bad[add-float32]", suite="s", outcome=Outcome.failed, op="add",
                    dtype="float32", message="differs \x07", log_tail="trace\x00back"),
         models.TestResult(id="test_a.py::test_hang", suite="s", outcome=Outcome.timeout),
@@ -151,7 +153,8 @@ def test_written_file_round_trips_and_other_readers_see_junit(tmp_path):
     path = tmp_path / "junit" / "s.xml"
     junit.write(path, "s", results)
     suite = ET.parse(path).getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("8", "2", "1", "2")
+    counts = (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped"))
+    assert counts == ("8", "2", "1", "2")
     parsed = junit.parse(path)
     assert parsed.complete
     back = [c.to_result("s", attempts=int(c.properties["attempts"])) for c in parsed.cases]

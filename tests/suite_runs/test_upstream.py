@@ -146,7 +146,8 @@ def test_a_baseline_then_the_second_commit_says_new_known_and_fixed_with_the_sam
     assert expected.returncode == 0, expected.stdout + expected.stderr
     baseline = load_known(manifest.parent / "known-failures.toml")
     # Only the backend's failures are its baseline; what fails on CPU too is not.
-    assert set(baseline["upstream"]) == {OPS + "test_device_type_is_cpu_openreg", OPS + "test_segfaults_off_cpu_openreg"}
+    assert set(baseline["upstream"]) == {OPS + "test_device_type_is_cpu_openreg",
+                                         OPS + "test_segfaults_off_cpu_openreg"}
     env = _env_naming(torch_layer, tmp_path / "env", git_version=pytorch.second)
     done, second, tests = _upstream(env, manifest, tmp_path / "out", "--torch-repo", pytorch.url)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -193,7 +194,8 @@ def test_without_network_the_stage_says_it_did_not_run_and_the_run_is_not_red(fi
                                     "--torch-repo", "https://pytorch.invalid/pytorch")
     stage = record.stage("upstream")
     assert done.returncode == 0 and stage.status is Status.skipped and not tests, done.stdout + done.stderr
-    assert stage.summary.startswith("not run: https://pytorch.invalid/pytorch cannot be reached (Could not resolve host")
+    assert stage.summary.startswith(
+        "not run: https://pytorch.invalid/pytorch cannot be reached (Could not resolve host")
     assert f"so PyTorch's test files at {first_night.env_commit} from https://pytorch.invalid/pytorch were not " \
            "fetched" in stage.summary
     assert stage.summary.endswith("; --upstream-tests DIR runs them from a folder")

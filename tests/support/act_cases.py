@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.records import record_files
 from ootci.runner.models import RunRecord
+from ootci.runner.records import record_files
 from tests.support.act_harness import act_binary, prepare
 from tests.support.cli import ootci
 

@@ -47,7 +47,7 @@ def run_artifact(run_id: str, backend: str, started: dt.datetime, *, trigger: st
 
 
 def iso(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

@@ -44,8 +44,8 @@ def _digest() -> str:
 
 def build_wheels(torch_layer) -> dict[str, Path]:
     """fixture directory name -> its wheel."""
-    from ootci.runner.torch_supply import envs
     from ootci.runner.core import procs
+    from ootci.runner.torch_supply import envs
 
     out = CACHE / "fixture-wheels" / _digest()
     names = sorted(p.parent.name for p in FIXTURES.glob("*/pyproject.toml"))

@@ -3,7 +3,8 @@ GitHub does, so a test can render what an expression in a workflow gives for giv
 
 Literals (strings in single quotes, numbers, true, false, null), contexts (`inputs.login-shell`,
 `secrets.x`), property access and indexing (null on a missing key), `!`, `==`, `!=`, `<`, `<=`,
-`>`, `>=` (strings compared case-insensitively, other values as numbers), `&&` and `||` (which return an operand, not a boolean), and the
+`>`, `>=` (strings compared case-insensitively, other values as numbers), `&&` and `||` (which
+return an operand, not a boolean), and the
 functions startsWith, endsWith, contains, format, join, fromJSON and toJSON. Anything else is an
 error, never a guess.
 """

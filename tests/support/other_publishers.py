@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-
 ANOTHER_PUBLISHER_HOOK = """\
 #!{python}
 # post-receive: right after the first push this hook sees, another publisher's records land on the tip.

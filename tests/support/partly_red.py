@@ -18,7 +18,8 @@ def assemble(dest: Path) -> Path:
     """Write the repository into dest (a new directory) and return it."""
     shutil.copytree(OPENREG, dest, ignore=shutil.ignore_patterns(*_LEFT_OUT))
     (dest / "torch_openreg").rename(dest / "torch_partreg")
-    for path in [dest / "setup.py", dest / "pyproject.toml", dest / "MANIFEST.in", *(dest / "torch_partreg").glob("*.py")]:
+    for path in [dest / "setup.py", dest / "pyproject.toml", dest / "MANIFEST.in",
+                 *(dest / "torch_partreg").glob("*.py")]:
         text = path.read_text().replace("torch_openreg", "torch_partreg").replace("OpenReg", "PartReg")
         # The device's name; the C++ library's op namespace (torch.ops.openreg) stays.
         text = re.sub(r'"openreg"', '"partreg"', text)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ootci.runner.records import record_files
 from ootci.runner.models import RunRecord
+from ootci.runner.records import record_files
 
 
 def records_under(out: Path) -> list[RunRecord]:

@@ -17,11 +17,24 @@ from pathlib import Path
 import pytest
 from packaging.tags import sys_tags
 
-from ootci.runner.torch_supply import torch_acquire, torch_index, torchspec
 from ootci.runner.core.errors import PackageIndexError
+from ootci.runner.torch_supply import torch_acquire, torch_index, torchspec
+from tests.support import nightly_index
 from tests.support.nightly_index import (
-    DECOYS, NEWEST_OURS, OLDER_OURS, OUR, PY, cache, html_page, payload, serve_wheels, sha256, wheel_name
+    DECOYS,
+    NEWEST_OURS,
+    OLDER_OURS,
+    OUR,
+    PY,
+    html_page,
+    payload,
+    serve_wheels,
+    sha256,
+    wheel_name,
 )
+
+# The fixture from tests/support/nightly_index.py, which the tests below take by name.
+cache = nightly_index.cache
 
 REPO = Path(__file__).resolve().parents[2]
 OOTCI = REPO / ".venv" / "bin" / "ootci"
@@ -196,12 +209,14 @@ def _ootci_torch(*args: str, cache: Path) -> subprocess.CompletedProcess:
 def test_cli_reports_index_problems_in_one_line_with_exit_code_6(problem, httpserver, tmp_path):
     if problem == "empty":
         httpserver.expect_request("/simple/torch/").respond_with_data(html_page([]), content_type="text/html")
-        index, expected = httpserver.url_for("/simple"), "no torch wheels at {index}; looked for a nightly (.dev) torch wheel for Python tag"
+        index = httpserver.url_for("/simple")
+        expected = "no torch wheels at {index}; looked for a nightly (.dev) torch wheel for Python tag"
     elif problem == "404":
         httpserver.expect_request("/simple/torch/").respond_with_data("Not Found", status=404)
         index, expected = httpserver.url_for("/simple"), "package index {index} has no project 'torch' (HTTP 404"
     else:
-        index, expected = f"http://127.0.0.1:{_closed_port()}/whl/nightly", "cannot reach package index {index}: connection refused"
+        index = f"http://127.0.0.1:{_closed_port()}/whl/nightly"
+        expected = "cannot reach package index {index}: connection refused"
     result = _ootci_torch("nightly", "--index-url", index, "--dry-run", cache=tmp_path)
     assert result.returncode == 6, result.stderr
     assert result.stdout == ""

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.torch_supply import envs, torch_acquire, torch_source, torchspec
 from ootci.runner.core.errors import PackageIndexError, TorchBuildError, TorchSpecError
+from ootci.runner.torch_supply import envs, torch_acquire, torch_source, torchspec
 
 REPO = Path(__file__).resolve().parents[2]
 OOTCI = REPO / ".venv" / "bin" / "ootci"

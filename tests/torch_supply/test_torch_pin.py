@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.torch_supply import envs, torch_pin
 from ootci.runner.models import RunRecord, Status
+from ootci.runner.torch_supply import envs, torch_pin
 from tests.support.cli import ootci
 from tests.support.records import only_record
 
@@ -98,7 +98,8 @@ def test_a_backend_requiring_another_torch_fails_install_with_its_own_root_cause
     record = only_record(out)
     install = record.stage("install")
     assert install.status is Status.failed
-    assert install.summary == f"torch_toy 0.1.0 requires torch==2.12.0; the torch under test is {layer_torch['version']}"
+    assert install.summary == ("torch_toy 0.1.0 requires torch==2.12.0; "
+                               f"the torch under test is {layer_torch['version']}")
     assert install.root_cause.hint == torch_pin.PIN_HINT
     assert install.root_cause.culprit == "torch_toy"
     assert stages(record)["autoload"] is Status.blocked

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from ootci.runner.core import rootcause
-from ootci.runner.suite_runs import classify
-from ootci.runner.torch_supply import torch_pin, wheel_metadata
 from ootci.runner.commands.registry import left_out, matrix_entries
+from ootci.runner.core import rootcause
 from ootci.runner.manifests.manifest import ExpectedFailure
+from ootci.runner.manifests.registry import resolve
 from ootci.runner.models import SUITES, Outcome, TorchInfo, reproduce_command
 from ootci.runner.models import TestResult as Result
-from ootci.runner.manifests.registry import resolve
+from ootci.runner.suite_runs import classify
+from ootci.runner.torch_supply import torch_pin, wheel_metadata
 
 UNDER_TEST = torch_pin.TorchUnderTest(version="2.14.0+cu130", dist_version="2.14.0",
                                       git_version="08187d9e0fba026dc8217405802ab5381dc88d90",
@@ -99,7 +99,7 @@ def test_resolution_problem_names_both_torches():
 
 def test_constraint_pins_the_version_pip_sees(tmp_path):
     path = torch_pin.write_constraint(tmp_path, UNDER_TEST)
-    lines = [l for l in path.read_text().splitlines() if not l.startswith("#")]
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
     assert lines == ["torch==2.14.0"]  # not 2.14.0+cu130: the index knows the wheel as 2.14.0
 
 

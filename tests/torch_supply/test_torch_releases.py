@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from ootci.runner.torch_supply import envs, torch_pin
 from ootci.runner.models import BisectRecord, RunRecord, Status, Verdict, variant_index
+from ootci.runner.torch_supply import envs, torch_pin
 from ootci.runner.verification.verify import ABI_HINT
 from tests.support import real_wheels
 from tests.support.cli import ootci

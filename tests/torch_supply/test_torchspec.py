@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from packaging.tags import sys_tags
 
-from ootci.runner.torch_supply import torch_acquire, torchspec
 from ootci.runner.core.errors import TorchSpecError, TorchWheelNotFound, UsageError
+from ootci.runner.torch_supply import torch_acquire, torchspec
 
 REPO = Path(__file__).resolve().parents[2]
 OOTCI = REPO / ".venv" / "bin" / "ootci"

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from ootci.runner.manifests import manifest as manifest_mod
-from ootci.runner.records import record_files
 from ootci.runner.models import Status
+from ootci.runner.records import record_files
 from ootci.runner.verification.verify import verify
-from tests.support.fixture_backends import manifest_path
 from tests.support.cli import ootci
+from tests.support.fixture_backends import manifest_path
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +73,8 @@ def test_without_a_manifest_the_device_name_is_learned(backend_env):
     assert "torch.device('foo')" in by_name["device"].detail
     # No manifest promises tensors: the missing kernels are reported, not failed.
     assert by_name["tensor"].status is Status.skipped
-    assert "no tensor support: RuntimeError: PyTorch is not linked with support for foo devices" in by_name["tensor"].detail
+    assert ("no tensor support: RuntimeError: PyTorch is not linked with support for foo devices"
+            in by_name["tensor"].detail)
 
 
 def test_habana_style_loaded_flag_guard_passes(backend_env):
@@ -94,7 +95,8 @@ def test_hook_defined_after_import_torch_is_a_circular_import(backend_env):
     assert "partially initialized module 'torch_circular'" in circular.root_cause.summary
     # The fix is the order in __init__.py, and the hint names the line that imports torch first.
     hint = circular.root_cause.hint
-    assert hint.startswith("circular import: define the autoload hook") and "before the package's `import torch`" in hint
+    assert hint.startswith("circular import: define the autoload hook")
+    assert "before the package's `import torch`" in hint
     assert hint.endswith("torch_circular/__init__.py:4 imports torch first)"), hint
     assert result.status is Status.failed and result.root_cause == circular.root_cause
 
@@ -150,7 +152,8 @@ def test_missing_vendor_library_and_the_neighbour_it_breaks(backend_env):
     assert healthy.root_cause.culprit == "torch_vendorlib"
     neighbours = by_name["neighbours"]
     assert neighbours.status is Status.failed
-    assert neighbours.detail.startswith("another backend breaks import torch: entry point 'torch_vendorlib' (torch_vendorlib 1.0)")
+    assert neighbours.detail.startswith(
+        "another backend breaks import torch: entry point 'torch_vendorlib' (torch_vendorlib 1.0)")
     assert neighbours.data["entry_points"]["torch_pyd"]["status"] == "passed"
     assert neighbours.data["entry_points"]["torch_vendorlib"]["status"] == "failed"
     # The healthy backend itself still works when it is imported by hand.
@@ -237,7 +240,8 @@ def test_entry_point_naming_a_missing_attribute(backend_env):
     result = run(backend_env("badattr"), "badattr")
     entry = checks(result)["entry_point"]
     assert entry.status is Status.failed
-    assert entry.root_cause.summary == "entry point torch_badattr: module torch_badattr has no attribute '_autoload_missing'"
+    assert (entry.root_cause.summary
+            == "entry point torch_badattr: module torch_badattr has no attribute '_autoload_missing'")
     assert entry.root_cause.hint == "the entry point names an attribute the module does not define"
     assert result.root_cause == entry.root_cause
     assert checks(result)["plain_import"].root_cause.exception_type == "AttributeError"
@@ -272,7 +276,7 @@ def test_autoload_stage_records_the_verification(backend_env, tmp_path):
     manifest = manifest_mod.load(manifest_path("raises"))
     env = backend_env("raises")
     record = RunRecord(run_id="r1", backend=manifest.name, device=manifest.device, torch=TorchInfo(spec="2.13.0"),
-                       started_at=dt.datetime.now(dt.timezone.utc))
+                       started_at=dt.datetime.now(dt.UTC))
     ctx = RunContext(manifest=manifest, options=RunOptions(), record=record, run_dir=tmp_path, cache=tmp_path,
                      reporter=None, stage_name=autoload.NAME, env=env)
     stage = autoload.run(ctx)
@@ -302,7 +306,8 @@ def test_manifest_entry_point_must_match_the_declared_one(backend_env, tmp_path)
 def test_backend_not_installed_in_the_environment(backend_env):
     result = run(backend_env("foo"), "pyd")
     by_name = checks(result)
-    assert by_name["entry_point"].root_cause.summary == "distribution torch_pyd is not installed in the environment under test"
+    assert (by_name["entry_point"].root_cause.summary
+            == "distribution torch_pyd is not installed in the environment under test")
     assert by_name["plain_import"].detail == "torch_pyd not loaded by `import torch` (autoload)"
     assert result.root_cause == by_name["entry_point"].root_cause
 
@@ -334,4 +339,5 @@ def test_a_vendor_suite_imports_the_installed_backend_and_names_a_shadowing_chec
     assert done.returncode != 0
     text = record.model_dump_json()
     assert f"import torch_pyd finds {checkout / 'torch_pyd'}" in text, text[-3000:]
-    assert "site-packages/torch_pyd" in text and "--import-mode=importlib" in record.stage("integration").root_cause.hint
+    assert "site-packages/torch_pyd" in text
+    assert "--import-mode=importlib" in record.stage("integration").root_cause.hint

@@ -74,13 +74,15 @@ def test_stack_dump_says_where_a_process_died():
     ]]
     assert rootcause.where_stuck(FAULT_DUMP) == "/site/torch_aborts/__init__.py:5 in _autoload"
     # A frame inside a backend's own package is preferred to torch's.
-    assert rootcause.where_stuck(FAULT_DUMP, ["/site/torch/"]) == "/site/torch/__init__.py:3030 in _import_device_backends"
+    assert (rootcause.where_stuck(FAULT_DUMP, ["/site/torch/"])
+            == "/site/torch/__init__.py:3030 in _import_device_backends")
     assert rootcause.where_stuck("no dump here") is None
 
 
 @pytest.mark.parametrize("text, hint", [
     ("RuntimeError: PyTorch is not linked with support for foo devices", "no tensor support"),
-    ("RuntimeError: Expected one of cpu, cuda device type at start of device string: bar", "the device name is not registered"),
+    ("RuntimeError: Expected one of cpu, cuda device type at start of device string: bar",
+     "the device name is not registered"),
     ("torch_noep declares no entry point in group torch.backends", "declare `<name> = <module>:<function>`"),
 ])
 def test_hints_for_autoload_failures(text, hint):
@@ -89,7 +91,8 @@ def test_hints_for_autoload_failures(text, hint):
 
 def test_probes_never_import_the_runner_package():
     scripts = sorted(PROBES.glob("*.py"))
-    assert {p.name for p in scripts} >= {"entry_points.py", "autoload_on.py", "autoload_off.py", "imports.py", "_probe.py"}
+    assert {p.name for p in scripts} >= {"entry_points.py", "autoload_on.py", "autoload_off.py", "imports.py",
+                                         "_probe.py"}
     for script in scripts:
         text = script.read_text()
         imported = set(re.findall(r"^\s*(?:from|import) ([\w.]+)", text, re.M))
@@ -100,7 +103,7 @@ def test_entry_points_probe_runs_without_torch(tmp_path):
     # The orchestrator's interpreter has no torch: the probe still answers, saying so.
     out = subprocess.run([sys.executable, "-X", "utf8", str(PROBES / "entry_points.py")], capture_output=True,
                          text=True, timeout=60, env=dict(os.environ, OOTCI_PROBE_NONCE="n1"))
-    line = next(l for l in out.stdout.splitlines() if l.startswith("@@OOTCI-PROBE:n1@@ "))
+    line = next(text for text in out.stdout.splitlines() if text.startswith("@@OOTCI-PROBE:n1@@ "))
     assert '"torch_found": false' in line and '"phase": "entry_points"' in line
 
 

@@ -96,7 +96,8 @@ def test_a_pattern_takes_brace_alternatives_and_merge_multiple_merges(job):
     for name in ("ootci-shard-x-1-1", "ootci-shard-x-2-1", "ootci-shard-xy-1-1"):
         upload(step, workspace, name, attempt=1)
     step("download-artifact", PATTERN="{ootci-shard-x-1-1,ootci-shard-x-2-1}", PATH="shards", MERGE_MULTIPLE="true")
-    assert sorted(p.name for p in (workspace / "shards").iterdir()) == ["run-ootci-shard-x-1-1", "run-ootci-shard-x-2-1"]
+    assert (sorted(p.name for p in (workspace / "shards").iterdir())
+            == ["run-ootci-shard-x-1-1", "run-ootci-shard-x-2-1"])
 
 
 def test_a_download_by_name_that_is_not_there_fails(job):

@@ -53,7 +53,8 @@ def relative(paths: list[Path]) -> list[str]:
 
 
 def test_there_is_a_workflow_and_an_action_for_every_part():
-    assert {p.stem for p in WORKFLOWS} == {"backend", "bisect", "build-torch", "nightly", "pr", "pytorch-pr", "ci", "release",
+    assert {p.stem for p in WORKFLOWS} == {"backend", "bisect", "build-torch", "nightly", "pr", "pytorch-pr", "ci",
+                                          "release",
                                           "collect", "prune-history", "torch-build-cache"}
     assert {EXAMPLE, BISECT_EXAMPLE} <= set(EXAMPLES)
     assert {p.parent.name for p in ACTIONS} >= {"setup", "get-torch", "build-backend", "verify-autoload",
@@ -75,7 +76,8 @@ def test_actionlint_with_shellcheck_reports_nothing():
 def test_actionlint_catches_an_expression_in_run():
     # The linter is live, not silently skipped: a planted injection is reported.
     shellcheck = shutil.which("shellcheck") or ""
-    bad = "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ github.event.issue.title }}\n"
+    bad = ("on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+           "      - run: echo ${{ github.event.issue.title }}\n")
     result = subprocess.run([tool("actionlint"), "-shellcheck", shellcheck, "-no-color", "-"], input=bad,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "potentially untrusted" in result.stdout
@@ -264,7 +266,8 @@ def test_least_privilege_permissions(path):
     assert doc["permissions"] in ({}, {"contents": "read"}), f"{path.name}: top-level permissions too wide"
     for name, job in doc["jobs"].items():
         granted = job.get("permissions", {})
-        called = re.fullmatch(r"(?:\$/|ootci/ootci/)\.github/workflows/([\w-]+\.yml)(?:@[0-9a-f]{40})?", job.get("uses", ""))
+        called = re.fullmatch(r"(?:\$/|ootci/ootci/)\.github/workflows/([\w-]+\.yml)(?:@[0-9a-f]{40})?",
+                              job.get("uses", ""))
         if called:
             # A calling job grants what the called workflow's jobs take, each its own share: no more.
             jobs = load(REPO / ".github" / "workflows" / called.group(1))["jobs"].values()
@@ -308,7 +311,8 @@ def test_every_artifact_download_reads_earlier_attempts_by_run_id_with_actions_r
         for step in downloads:
             given = step.get("with", {})
             assert given.get("run-id") == "${{ github.run_id }}", f"{path.name}: job {name}: download without run-id"
-            assert given.get("github-token") == "${{ github.token }}", f"{path.name}: job {name}: download without token"
+            assert given.get("github-token") == "${{ github.token }}", (
+                f"{path.name}: job {name}: download without token")
         if downloads:
             assert "jobs" in doc, f"{path.name}: an action cannot grant actions: read; download in the workflow"
             assert job.get("permissions", {}).get("actions") == "read", f"{path.name}: job {name} lacks actions: read"
@@ -350,7 +354,8 @@ def workflow_inputs(name: str) -> dict:
 @pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
 def test_calls_of_reusable_workflows_pass_only_declared_inputs(path):
     for name, job in load(path)["jobs"].items():
-        called = re.match(r"^(?:\$/|ootci/ootci/)\.github/workflows/([\w-]+\.yml)(@[0-9a-f]{40})?$", job.get("uses", ""))
+        called = re.match(r"^(?:\$/|ootci/ootci/)\.github/workflows/([\w-]+\.yml)(@[0-9a-f]{40})?$",
+                          job.get("uses", ""))
         if not called:
             continue
         declared = workflow_inputs(called.group(1))
@@ -460,7 +465,8 @@ def test_bisect_pulls_the_history_for_run_ids_as_ootci_bisect_reads_them():
 @pytest.mark.parametrize("axis, depth", [("backend", 0), ("", 0), ("torch", 1)])
 def test_bisect_checks_out_the_whole_history_unless_only_torches_are_walked(axis, depth):
     # A `[source] path` manifest (what `ootci init` writes) has the backend's commits in this checkout.
-    [checkout] = [s for s in load(BISECT)["jobs"]["bisect"]["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    [checkout] = [s for s in load(BISECT)["jobs"]["bisect"]["steps"]
+                  if s.get("uses", "").startswith("actions/checkout@")]
     assert evaluate(checkout["with"]["fetch-depth"], inputs={"axis": axis}) == depth
 
 def test_nightly_pushes_its_bisections_as_its_publish_pushes_runs():
@@ -586,7 +592,8 @@ def test_a_re_run_deploys_the_site_of_its_own_attempt(name):
     names = []
     for job in deploys.values():
         [publisher] = [job["needs"]] if isinstance(job["needs"], str) else job["needs"]
-        [upload] = [s for s in jobs[publisher]["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
+        [upload] = [s for s in jobs[publisher]["steps"]
+                    if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
         [deploy] = [s for s in job["steps"] if s.get("uses", "").startswith("actions/deploy-pages@")]
         assert deploy["with"]["artifact_name"] == f"${{{{ needs.{publisher}.outputs.pages-artifact }}}}"
         assert jobs[publisher]["outputs"]["pages-artifact"] == upload["with"]["name"]
@@ -868,7 +875,8 @@ def test_registered_accelerators_render_their_vendors_container_settings():
     devices = {options[i + 1] for i, o in enumerate(options) if o == "--device"}
     # The shared devices only: the card is the runner's, passed per call (the devices input).
     assert devices == {"/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"}
-    on_runner = shlex.split(render_container(matrix_entry("ascend-npu")["container"], devices='["davinci3"]')["options"])
+    on_runner = shlex.split(
+        render_container(matrix_entry("ascend-npu")["container"], devices='["davinci3"]')["options"])
     assert {on_runner[i + 1] for i, o in enumerate(on_runner) if o == "--device"} == devices | {"/dev/davinci3"}
     mounts = {options[i + 1] for i, o in enumerate(options) if o == "-v"}
     assert {"/usr/local/dcmi:/usr/local/dcmi", "/usr/local/bin/npu-smi:/usr/local/bin/npu-smi",
@@ -1027,7 +1035,8 @@ def test_setup_can_use_the_images_python_in_a_venv_under_runner_temp():
     for use, runs in (("true", False), ("false", True)):
         assert bool(evaluate(setup_python["if"], inputs={"use-image-python": use}, env={"ACT": ""})) is runs
     (install,) = [s for s in steps if s.get("id") == "install"]
-    assert install["env"] == {"USE_IMAGE_PYTHON": "${{ inputs.use-image-python }}", "IMAGE_PYTHON": "${{ inputs.python }}",
+    assert install["env"] == {"USE_IMAGE_PYTHON": "${{ inputs.use-image-python }}",
+                              "IMAGE_PYTHON": "${{ inputs.python }}",
                               "EXTRAS": "${{ inputs.extras }}"}
     # Still a non-editable install from a copy under runner.temp.
     assert "--editable" not in install["run"] and " -e " not in install["run"]
@@ -1039,7 +1048,8 @@ import zipfile
 FILES = {
     "ootci_stand_in.py": "def main():\\n    print('ootci 0')\\n",
     "ootci_stand_in-0.dist-info/METADATA": "Metadata-Version: 2.1\\nName: ootci-stand-in\\nVersion: 0\\n",
-    "ootci_stand_in-0.dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+    "ootci_stand_in-0.dist-info/WHEEL":
+        "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
     "ootci_stand_in-0.dist-info/entry_points.txt": "[console_scripts]\\nootci = ootci_stand_in:main\\n",
 }
 
@@ -1209,7 +1219,7 @@ def test_a_matrix_of_calls_for_one_backend_uploads_one_artifact_each():
     assert not matches(name("torch-2.14.0", shards=3, shard=1), pattern("ci/backend.toml", ""))
     for hostile, suffix in (("a//b::c", "x y"), ("ascend-npu", "torch 2.15.0+cu130"), ("é/ü", "")):
         shard = name(suffix, shards=2, shard=2).replace("ci-backend.toml", artifact_name(hostile))
-        uploaded = artifact_name(re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(
+        uploaded = artifact_name(re.sub(r"\$\{\{(.*?)\}\}", lambda m, hostile=hostile, suffix=suffix: str(evaluate(
             m.group(1), inputs={"backend": hostile, "artifact-suffix": suffix, "shards": 2},
             github={"run_attempt": 1}, matrix={"shard": 2})), template))
         assert matches(uploaded, pattern(hostile, suffix)), (uploaded, pattern(hostile, suffix), shard)
@@ -1820,7 +1830,8 @@ def test_the_nightly_has_no_run_level_concurrency_group_and_a_custom_run_is_no_n
     assert not evaluate(whole_night, inputs={"torch": "", "backends": "openreg"})
     # No night plans nothing: [] before any ootci command, and every other step is gated.
     [turned_red] = [s for s in plan["steps"] if s.get("id") == "turned-red"]
-    assert turned_red["run"].startswith('if [ "$WHOLE_NIGHT" != true ]; then echo "matrix=[]" >> "$GITHUB_OUTPUT"; exit 0; fi')
+    assert turned_red["run"].startswith(
+        'if [ "$WHOLE_NIGHT" != true ]; then echo "matrix=[]" >> "$GITHUB_OUTPUT"; exit 0; fi')
     assert all("env.WHOLE_NIGHT == 'true'" in s["if"] for s in plan["steps"] if s is not turned_red)
 
 
@@ -1854,7 +1865,8 @@ def test_the_pr_path_is_a_reusable_workflow_a_vendor_calls_with_its_manifest():
     [plan] = [s for s in doc["jobs"]["plan"]["steps"] if s.get("id") == "relay"]
     assert '${BACKEND:+--manifest "$BACKEND"}' in plan["run"]
     own = load(REPO / ".github" / "workflows" / "pytorch-pr.yml")
-    assert list(own["jobs"]) == ["ootci", "publish", "deploy"] and own["jobs"]["ootci"]["uses"] == "$/.github/workflows/pr.yml"
+    assert list(own["jobs"]) == ["ootci", "publish", "deploy"]
+    assert own["jobs"]["ootci"]["uses"] == "$/.github/workflows/pr.yml"
     # Publishing is ootci's own, after the call: nothing in pr.yml writes but the relay's OIDC token,
     # so a vendor that publishes no dashboard grants no write to its repository or Pages.
     writes = {(n, k) for n, j in doc["jobs"].items() for k, v in j.get("permissions", {}).items() if v == "write"}

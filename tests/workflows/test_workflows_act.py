@@ -15,17 +15,32 @@ import json
 from pathlib import Path
 
 from ootci.runner.models import Status
-from tests.support import act_stand_ins, real_wheels
+from tests.support import act_cases, act_stand_ins, real_wheels
 from tests.support.act_cases import (
-    act_marks, BACKEND, TORCH, REPO, needs_openreg, needs_dashboard, act_setup, act_dir, records_under,
-    assert_every_remote_action_had_a_stand_in, cache_entries, cache_requests, data_branch_checkout, data_branch_files,
-    merge_artifact, plant_artifact
+    BACKEND,
+    REPO,
+    TORCH,
+    act_dir,
+    act_marks,
+    assert_every_remote_action_had_a_stand_in,
+    cache_entries,
+    cache_requests,
+    data_branch_checkout,
+    data_branch_files,
+    merge_artifact,
+    needs_dashboard,
+    needs_openreg,
+    plant_artifact,
+    records_under,
 )
 from tests.support.act_harness import data_remote, run_act
 from tests.support.cli import ootci
+from tests.support.fake_github import run_artifact
 from tests.support.other_publishers import push_after_the_next_push
 from tests.support.shared_runs import openreg_on_2_13
-from tests.support.fake_github import run_artifact
+
+# The fixture from tests/support/act_cases.py, which the tests below take by name.
+act_setup = act_cases.act_setup
 
 pytestmark = act_marks
 
@@ -160,7 +175,7 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
             path.unlink()
         return bool(found)
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     forged = f"forged-{now:%Y%m%dT%H%M%SZ}-eeeeee"
     plant_artifact(ootci_act_dir, "ootci-run-forged-1", run_artifact(forged, "forged", now, trigger="nightly"))
     registry = tmp_path / "registry"
@@ -202,7 +217,8 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     # A run by hand of a subset is no night: recorded as manual, missing record too.
     assert first.trigger == "manual" and first.status is Status.passed
     assert ghost.status is Status.missing and ghost.trigger == "manual" and ghost.torch.spec == TORCH
-    assert ghost.device == "ghost" and ghost.missing_reason.startswith("no record from the backend job: it never started")
+    assert ghost.device == "ghost"
+    assert ghost.missing_reason.startswith("no record from the backend job: it never started")
     assert (site / "index.html").is_file()
     assert first.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.html")) or \
         first.run_id in "".join(p.read_text(errors="replace") for p in site.rglob("*.json"))
@@ -213,7 +229,7 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     page = (site / "backends" / "ghost.html").read_text()
     assert '<span class="pill s-missing">missing</span>' in page and ghost.missing_reason in page
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     other = f"latecomer-{now:%Y%m%dT%H%M%SZ}-cccccc"
     seed = tmp_path / "seed"
     assert ootci("history", "pull", str(seed / "history"), "--remote", str(data)).returncode == 0
@@ -245,7 +261,8 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     assert not any(forged in name for name in data_branch_files(data))
     # ghost's job never started in attempt 2 either: publish records that attempt's missing run too.
     ghosts = [r for r in records_under(data_branch_checkout(data, tmp_path / "tip-2") / "runs") if r.backend == "ghost"]
-    assert len(ghosts) == 2 and all(r.status is Status.missing for r in ghosts) and ghost.run_id in {r.run_id for r in ghosts}
+    assert len(ghosts) == 2 and all(r.status is Status.missing for r in ghosts)
+    assert ghost.run_id in {r.run_id for r in ghosts}
     everything = (first.run_id, second.run_id, other, straggler, *(r.run_id for r in ghosts))
     assert record_paths_on_data_branch(data) == {f"runs/{r}/record.json" for r in everything}
     index = (site / "index.html").read_text()

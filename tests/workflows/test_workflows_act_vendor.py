@@ -15,16 +15,30 @@ from pathlib import Path
 import pytest
 
 from ootci.runner.models import Status
-from tests.support import real_wheels
+from tests.support import act_cases, real_wheels
 from tests.support.act_cases import (
-    act_marks, ACT_OPS, BACKEND, TORCH, REPO, needs_openreg, act_setup, act_dir, records_under,
-    assert_every_remote_action_had_a_stand_in, cache_entries, cache_requests, data_branch_exists, data_branch_files,
-    merge_artifact
+    ACT_OPS,
+    BACKEND,
+    REPO,
+    TORCH,
+    act_dir,
+    act_marks,
+    assert_every_remote_action_had_a_stand_in,
+    cache_entries,
+    cache_requests,
+    data_branch_exists,
+    data_branch_files,
+    merge_artifact,
+    needs_openreg,
+    records_under,
 )
 from tests.support.act_harness import as_act_reads, as_called_from_elsewhere, data_remote, run_act
 from tests.support.cli import ootci
-from tests.support.fixture_backends import write_openreg_manifest
 from tests.support.fake_github import REPOSITORY, TOKEN, FakeGitHub, run_artifact
+from tests.support.fixture_backends import write_openreg_manifest
+
+# The fixture from tests/support/act_cases.py, which the tests below take by name.
+act_setup = act_cases.act_setup
 
 pytestmark = act_marks
 
@@ -145,7 +159,8 @@ def vendor_repository(dest: Path, ootci_sha: str) -> Path:
     manifest = (openreg / "backend.toml").read_text()
     manifest = manifest.replace('name = "openreg"', 'name = "acme-openreg"', 1)
     manifest = manifest.replace('path = "."', 'path = ".."', 1)
-    write_openreg_manifest(dest / "ci" / "backend.toml", manifest + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
+    write_openreg_manifest(dest / "ci" / "backend.toml",
+                           manifest + '\n[[suites.vendor]]\nname = "own"\npath = "tests"\n')
     caller = (REPO / "examples" / "vendor-workflow.yml").read_text()
     (dest / ".github" / "workflows").mkdir(parents=True)
     (dest / ".github" / "workflows" / "ootci.yml").write_text(
@@ -273,7 +288,7 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
     artifact the history marks as collected already is not downloaded again."""
     workdir, root, env = act_setup
     ootci_act_dir = act_dir(root, "collect")
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     github = FakeGitHub(httpserver)
     github.add_run(501, now - dt.timedelta(hours=1), status="in_progress")
     tonight = f"{BACKEND}-{now:%Y%m%dT%H%M%SZ}-aaaaaa"
@@ -305,7 +320,8 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
     assert github.downloads() == [5011]
     assert all(r.headers.get("Authorization") == f"Bearer {TOKEN}" for r in github.api_requests)
     assert "1 artifact(s) collected" in result.output and "1 collected before" in result.output
-    assert {f"runs/{tonight}/record.json", f"runs/{last_night}/record.json", marker.relative_to(seed / "history").as_posix(),
+    assert {f"runs/{tonight}/record.json", f"runs/{last_night}/record.json",
+            marker.relative_to(seed / "history").as_posix(),
             f"collected/{now - dt.timedelta(hours=1):%Y-%m-%d}/5011.json"} <= data_branch_files(data)
     # The page was built from the branch's tip after the push: both nights are on it.
     pages = "".join(p.read_text(errors="replace") for p in (ootci_act_dir / "site").rglob("*.html"))

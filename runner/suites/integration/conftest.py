@@ -16,7 +16,8 @@ pytest_plugins = ["ootci_plugin"]
 def pytest_addoption(parser):
     group = parser.getgroup("ootci")
     group.addoption("--ootci-ops", default=os.environ.get("OOTCI_OPS", ""),
-                    help="comma-separated fnmatch patterns of OpInfo names to compare (default: $OOTCI_OPS, else all of op_db)")
+                    help="comma-separated fnmatch patterns of OpInfo names to compare "
+                         "(default: $OOTCI_OPS, else all of op_db)")
     group.addoption("--ootci-max-samples", type=int, default=int(os.environ.get("OOTCI_MAX_SAMPLES", "12")),
                     help="sample inputs compared per op and dtype (0: all; default 12)")
 

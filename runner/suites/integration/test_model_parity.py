@@ -93,11 +93,12 @@ def test_training_matches_cpu(device, kind, optimizer_name, record_property):
     device_losses = _train(device_model, device, kind, optimizer_name)
     record_property("losses_cpu", " ".join(f"{v:.6g}" for v in cpu_losses))
     record_property("losses_device", " ".join(f"{v:.6g}" for v in device_losses))
-    for step, (on_device, on_cpu) in enumerate(zip(device_losses, cpu_losses)):
+    for step, (on_device, on_cpu) in enumerate(zip(device_losses, cpu_losses, strict=True)):
         assert abs(on_device - on_cpu) <= LOSS_ATOL + LOSS_RTOL * abs(on_cpu), (
             f"step {step}: loss {on_device:.6g} on {device}, {on_cpu:.6g} on CPU "
             f"(tolerance {LOSS_RTOL:g} relative); losses {device} {device_losses}, CPU {cpu_losses}")
     assert cpu_losses[-1] < cpu_losses[0], f"the {kind} did not learn on CPU either: {cpu_losses}"
-    for (name, cpu_param), device_param in zip(cpu_model.state_dict().items(), device_model.state_dict().values()):
+    for (name, cpu_param), device_param in zip(cpu_model.state_dict().items(), device_model.state_dict().values(),
+                                               strict=True):
         assert device_param.device.type == device, f"{name} left the device"
         torch.testing.assert_close(device_param.cpu(), cpu_param, atol=WEIGHT_TOL, rtol=WEIGHT_TOL, msg=name)

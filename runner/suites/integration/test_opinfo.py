@@ -19,11 +19,10 @@ import re
 import unittest
 import zlib
 
+import ootci_plugin
 import pytest
 import torch
 from torch.utils._pytree import tree_flatten
-
-import ootci_plugin
 
 # (atol, rtol) by dtype; integer and bool results must match exactly.
 TOLERANCE = {

@@ -14,7 +14,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 pytest_plugins = ["ootci_plugin"]
 
 import ootci_plugin  # noqa: E402
-
 import torch  # noqa: E402
 
 SMOKE_DTYPES = ("float32", "float16", "bfloat16", "int64", "bool")

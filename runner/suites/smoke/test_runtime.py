@@ -152,7 +152,7 @@ def test_autograd_mlp(device):
     cpu_loss.backward()
     device_loss.backward()
     torch.testing.assert_close(device_loss.cpu(), cpu_loss, atol=1e-5, rtol=1e-5)
-    for (name, cpu_param), device_param in zip(cpu_model.named_parameters(), device_model.parameters()):
+    for (name, cpu_param), device_param in zip(cpu_model.named_parameters(), device_model.parameters(), strict=True):
         assert device_param.grad is not None, f"{name}: no gradient on the device"
         assert device_param.grad.device.type == device
         torch.testing.assert_close(device_param.grad.cpu(), cpu_param.grad, atol=1e-5, rtol=1e-4, msg=name)
@@ -177,6 +177,6 @@ def test_optimizer_step(device, optimizer):
             opt.zero_grad()
             nn.functional.mse_loss(model(inputs), goal).backward()
             opt.step()
-    for cpu_param, device_param in zip(cpu_model.parameters(), device_model.parameters()):
+    for cpu_param, device_param in zip(cpu_model.parameters(), device_model.parameters(), strict=True):
         assert device_param.device.type == device
         torch.testing.assert_close(device_param.detach().cpu(), cpu_param.detach(), atol=1e-5, rtol=1e-4)

@@ -139,7 +139,8 @@ def test_reductions(device, dtype):
     same(on_device(indices, device), cpu_indices)
     if dtype.is_floating_point:
         same(on_device(d.mean(dim=1), device), x.mean(dim=1), **tolerance)
-        same(on_device(d.std(), device), x.std(), atol=0.1 if low_precision else 1e-4, rtol=0.02 if low_precision else 1e-4)
+        same(on_device(d.std(), device), x.std(), atol=0.1 if low_precision else 1e-4,
+             rtol=0.02 if low_precision else 1e-4)
 
 
 def test_matmul(device, float_dtype):
