@@ -14,11 +14,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ootci.runner.manifests import known_failures, registry
-from ootci.runner.records import record_files
 from ootci.runner.core.errors import UsageError
+from ootci.runner.manifests import known_failures, registry
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import RunRecord
+from ootci.runner.records import record_files
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +59,8 @@ def cmd_expect(args: argparse.Namespace) -> int:
     record = read_run(args.source)
     manifest = manifest_of(record, args.manifest)
     if manifest.name != record.backend:
-        raise UsageError(f"--from {args.source}: a run of {record.backend!r}, not of {manifest.name!r} ({manifest.path})")
+        raise UsageError(f"--from {args.source}: a run of {record.backend!r}, "
+                         f"not of {manifest.name!r} ({manifest.path})")
     recorded = known_failures.record_run(manifest, record.tests, record.torch.version or record.torch.spec,
                                          prune=args.prune)
     counts = recorded.counts

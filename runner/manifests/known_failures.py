@@ -41,7 +41,9 @@ REASON_CHARS = 240
 # id of a collection error: the path of the .py file that failed to collect
 # (`tests/test_autograd.py`), or ootci's `(collection)` for one outside any file; no fnmatch
 # wildcards outside the parameters (a pattern belongs in expected_failures).
-_TEST_ID = re.compile(r"^(?:[^\s*?\[\]:][^\n*?\[]*::[^\n*?\[]+(\[[^\n]*\])?|[^\s*?\[\]:][^\s*?\[\]:]*\.py|\(collection\))$")
+_TEST_ID = re.compile(r"^(?:[^\s*?\[\]:][^\n*?\[]*::[^\n*?\[]+(\[[^\n]*\])?"  # a test id
+                      r"|[^\s*?\[\]:][^\s*?\[\]:]*\.py"  # a test file that failed to import
+                      r"|\(collection\))$")
 _SUITE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 HEADER = """\

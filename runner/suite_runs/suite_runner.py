@@ -33,17 +33,16 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
-from ootci.runner.core import rootcause
-from ootci.runner.suite_runs import classify
-from ootci.runner.suite_runs import junit
-from ootci.runner.core import procs
-from ootci.runner.suite_runs.junit import JUnitCase
+from ootci.runner.core import procs, rootcause
 from ootci.runner.manifests.manifest import Manifest, VendorSuite
 from ootci.runner.models import SUITES, Outcome, RootCause, StageResult, Status, TestResult
+from ootci.runner.suite_runs import classify, junit
+from ootci.runner.suite_runs.junit import JUnitCase
 
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
 PROBES_DIR = Path(__file__).resolve().parents[1] / "probes"
@@ -110,6 +109,7 @@ def vendor_suite(suite: VendorSuite, root: Path, index: int, manifest_path: Path
     if suite.command:
         return SuiteSpec(name=suite.name, cwd=root, command=list(suite.command), requirements=list(suite.requirements),
                          missing_module_hint=hint)
+    assert suite.path is not None  # VendorSuite validates: exactly one of path and command
     target = (root / suite.path).resolve()
     spec = SuiteSpec(name=suite.name, cwd=root, pytest_args=[str(target)], requirements=list(suite.requirements),
                      missing_module_hint=hint)
@@ -271,7 +271,8 @@ class SuiteRunner:
             if earlier is not None and case.outcome is Outcome.passed:
                 result = result.model_copy(update={
                     "outcome": Outcome.flaky,
-                    "message": f"passed on attempt {result.attempts} after it {earlier.outcome.value}: {earlier.message}",
+                    "message": f"passed on attempt {result.attempts} after it "
+                               f"{earlier.outcome.value}: {earlier.message}",
                     "log_tail": earlier.to_result(suite).log_tail,
                 })
             if spec.missing_module_hint and _MISSING_MODULE.search(result.message or ""):
@@ -384,9 +385,10 @@ class SuiteRunner:
             # `python -m pytest` would put the working directory (a vendor's checkout) first on
             # sys.path; the installed backend must be the one imported.
             limit = self._remaining()
-            by_budget = budget_end is not None and budget_end - time.monotonic() < limit
-            if by_budget:
-                limit = max(0.0, budget_end - time.monotonic())
+            left = None if budget_end is None else budget_end - time.monotonic()
+            by_budget = left is not None and left < limit
+            if left is not None and by_budget:
+                limit = max(0.0, left)
             proc = procs.run(argv, timeout=limit, log=self.log, env=procs.target_env(self._env(spec)),
                              cwd=spec.cwd, on_line=self.on_line)
             ended_at = time.time()
@@ -518,7 +520,9 @@ def fatal_excerpt(output: str, lines: int = 40) -> tuple[str, str | None]:
     if not starts:
         return "\n".join(text[-lines:]), None
     first = text[starts[-1]]
-    block = [first[_FATAL.search(first).start():]] + text[starts[-1] + 1:starts[-1] + lines]
+    fatal = _FATAL.search(first)
+    assert fatal is not None  # the line was chosen for it
+    block = [first[fatal.start():]] + text[starts[-1] + 1:starts[-1] + lines]
     frames = [m for m in map(_FRAME.match, block) if m]
     chosen = next((m for m in frames if m.group("func").startswith("test")), None)
     chosen = chosen or next((m for m in frames if "site-packages" not in m.group("file")), None)
@@ -675,7 +679,7 @@ def run_stage(ctx, stage: str, specs: list[SuiteSpec] | None = None) -> StageRes
     if status is Status.timeout and cause is None:
         cause = RootCause(kind="timeout", summary=f"the {stage} suites exceeded their {limit:g} s time limit",
                           timeout_s=limit)
-    data = {"suites": {run.name: {
+    data: dict[str, Any] = {"suites": {run.name: {
         "status": run.status.value,
         "counts": run.counts,
         "duration_s": round(run.duration_s, 3),

@@ -55,7 +55,7 @@ def one_line_error(result: subprocess.CompletedProcess, *, after_progress: bool 
     if not after_progress:
         assert len(lines) == 1, result.stderr
     else:
-        assert all(not l.startswith("ootci") for l in lines[:-1]), result.stderr
+        assert all(not line.startswith("ootci") for line in lines[:-1]), result.stderr
     return lines[-1]
 
 
@@ -165,7 +165,7 @@ def test_the_pr_workflow_is_the_vendor_example_pinned_like_the_nightly_one():
     declared = YAML(typ="safe").load((REPO / ".github" / "workflows" / "pr.yml").read_text())
     assert set(job["with"]) <= set(declared["on"]["workflow_call"]["inputs"])
     # The example's workflow, but for the pin and the runners of the torch build (the vendor's to name).
-    for doc, j in ((written, job), (example, example_job)):
+    for j in (job, example_job):
         j.pop("uses")
         j["with"].pop("torch-build-runs-on")
     assert written == example
@@ -219,7 +219,8 @@ def test_the_manifest_claims_what_the_probe_found_and_says_so():
 @pytest.mark.parametrize("works, isolation", [(True, "fork"), (False, "process")])
 def test_the_manifest_contains_a_crash_with_a_fork_where_the_probe_found_a_fork_uses_the_device(works, isolation):
     detail = "a child forked after `import torch` " + ("uses the device" if works else "was killed by SIGSEGV")
-    probed = device_probe.Probed(device="acme", how="test", capabilities={}, dtypes={"float32": device_probe.Finding(True, "")},
+    probed = device_probe.Probed(device="acme", how="test", capabilities={},
+                                 dtypes={"float32": device_probe.Finding(True, "")},
                                  fork=device_probe.Finding(works, detail))
     text = onboard.manifest_text(onboarding(probed))
     assert onboard.validated(text).suites.crash_isolation == isolation
@@ -234,7 +235,8 @@ def test_a_manifest_without_a_probe_says_what_to_fill_in():
     m = onboard.validated(text)
     assert m.capabilities == [] and m.suites.vendor == []
     assert "# given with --device: not probed\ndevice = \"acme\"" in text
-    assert "# NOT PROBED (--no-probe).\n# Fill in what 'acme' supports, from: synchronize, multi_device, streams" in text
+    assert ("# NOT PROBED (--no-probe).\n"
+            "# Fill in what 'acme' supports, from: synchronize, multi_device, streams") in text
 
 
 def proposal(**changes) -> upstream_proposal.Proposal:
@@ -388,7 +390,7 @@ def test_a_repository_without_an_entry_point_is_told_what_to_add(tmp_path, torch
 
 def comments_before(text: str, key: str) -> str:
     lines = text.splitlines()
-    at = next(i for i, l in enumerate(lines) if l.startswith(f"{key} = "))
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"{key} = "))
     return lines[at - 1]
 
 
@@ -611,7 +613,8 @@ def test_no_probe_writes_what_is_declared_and_force_overwrites(tmp_path, torch_l
     pr = YAML(typ="safe").load((repo / onboard.PR_WORKFLOW).read_text())
     [job] = pr["jobs"].values()
     assert job["uses"] == f"ootci/ootci/.github/workflows/pr.yml@{head(REPO)}"
-    assert f"wrote {onboard.PR_WORKFLOW}" in result.stdout and str(onboard.PR_WORKFLOW) in result.stdout.splitlines()[-1]
+    assert f"wrote {onboard.PR_WORKFLOW}" in result.stdout
+    assert str(onboard.PR_WORKFLOW) in result.stdout.splitlines()[-1]
     m = manifest.load(repo / onboard.MANIFEST)
     assert (m.device, m.distribution, m.capabilities) == ("acme", "acme-accel", [])
     assert "NOT PROBED (--no-probe)" in (repo / onboard.MANIFEST).read_text()

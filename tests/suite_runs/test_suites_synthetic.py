@@ -86,8 +86,10 @@ def test_messages_name_the_cause(synthetic_run):
     _, record, _ = synthetic_run
     tests = {t.id: t for t in record.tests}
     assert tests["check_outcomes.py::test_needs_streams"].message == "capability 'streams' not claimed"
-    assert tests["check_outcomes.py::test_flaky"].message.startswith("passed on attempt 2 after it failed: RuntimeError")
-    assert "known bug in the fixture (https://example.invalid/issues/1)" in tests["check_outcomes.py::test_known_bug"].message
+    assert tests["check_outcomes.py::test_flaky"].message.startswith(
+        "passed on attempt 2 after it failed: RuntimeError")
+    known_bug = tests["check_outcomes.py::test_known_bug"].message
+    assert "known bug in the fixture (https://example.invalid/issues/1)" in known_bug
     assert "remove the entry" in tests["check_outcomes.py::test_fixed_bug"].message
     segfault = tests["check_crash.py::test_segfaults"]
     assert "SIGSEGV" in segfault.message and "check_crash.py:11 in test_segfaults" in segfault.message
