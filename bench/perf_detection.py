@@ -29,6 +29,7 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ootci.runner.manifests import registry
@@ -80,11 +81,12 @@ def first_report(values: list[float], start: int, end: int) -> tuple[int, int] |
     return None
 
 
-def false_reports(values: list[float]) -> list[int]:
-    """The nights on which a new open regression appeared in a series with nothing planted."""
+def new_reports(values: list[float], first: int, detector: Callable = changes.open_regression) -> list[int]:
+    """The nights from `first` on whose judgement by `detector` opened a regression not open the
+    night before: in a series with nothing planted, each one a false report."""
     reported, nights = set(), []
-    for night in range(FIRST_JUDGED, len(values)):
-        found = changes.open_regression(values[:night + 1])
+    for night in range(first, len(values)):
+        found = detector(values[:night + 1])
         if found is not None and found.index not in reported:
             reported.add(found.index)
             nights.append(night)
@@ -118,24 +120,13 @@ def replay(path: Path) -> None:
         print(f"{step:>6.0%} {within / total:>21.0%} {(total - within) / total:>20.0%} "
               f"{statistics.median(delays) if delays else float('nan'):>12} nights")
     judged = length - FIRST_JUDGED
-    reports = {name: false_reports(values) for name, values in series.items()}
+    reports = {name: new_reports(values, FIRST_JUDGED) for name, values in series.items()}
     count = sum(len(n) for n in reports.values())
     print(f"\nfalse reports on the series as recorded: {count} over {judged} nights of {len(series)} measurements "
           f"= {count / judged * 30:.1f} per backend per 30 nights (goal: at most 1)")
     for name, nights in sorted(reports.items()):
         if nights:
             print(f"  {name}: nights {nights}")
-
-
-def new_reports(values: list[float], first: int) -> list[int]:
-    """The nights from `first` on whose judgement opened a regression not open the night before."""
-    reported, nights = set(), []
-    for night in range(first, len(values)):
-        found = steps.open_regression(values[:night + 1])
-        if found is not None and found.index not in reported:
-            reported.add(found.index)
-            nights.append(night)
-    return nights
 
 
 def replay_counts(path: Path) -> None:
@@ -166,7 +157,7 @@ def replay_counts(path: Path) -> None:
                 total += 1
                 found += hit is not None and hit.index == at
         print(f"{step:>6.0%} {found / total:>25.0%} {total - found:>8}")
-    reports = {key: new_reports(values, first) for key, values in series.items()}
+    reports = {key: new_reports(values, first, steps.open_regression) for key, values in series.items()}
     count = sum(len(n) for n in reports.values())
     print(f"\nfalse reports on the series as recorded: {count} over {length - first} judged nights of "
           f"{len(series)} series ({len(names)} measurements) = {count / (length - first) * 30:.1f} per backend "
