@@ -569,7 +569,7 @@ def test_init_proposes_the_upstream_files_that_collect_for_the_device(onboarded)
     upstream = manifest.load(done.repo / onboard.MANIFEST).suites.upstream
     assert upstream is not None and upstream.files == ["test_view_ops.py"]
     # A comment per file: the tests collected for the device and the time it took; why the others are not proposed.
-    collected = re.search(r'^    "test_view_ops\.py",  # 7 tests for acme \(1 more in dtypes not claimed\), '
+    collected = re.search(r'^    "test_view_ops\.py",  # 8 tests for acme \(1 more in dtypes not claimed\), '
                           r"collected in (\d+\.\d\d) s$", text, re.M)
     assert collected, text
     assert re.search(r"^#   test_binary_ufuncs\.py: not proposed: does not collect: ImportError: cannot import name "
@@ -581,7 +581,7 @@ def test_init_proposes_the_upstream_files_that_collect_for_the_device(onboarded)
     out = done.result.stdout
     assert ("  upstream: 1 of the 3 candidate files (PyTorch's OpenReg allow-list, pytorch#177565) collect tests "
             "for acme") in out
-    assert re.search(r"^    test_view_ops\.py +7 tests for acme \(1 more in dtypes not claimed\), collected in "
+    assert re.search(r"^    test_view_ops\.py +8 tests for acme \(1 more in dtypes not claimed\), collected in "
                      rf"{collected.group(1)} s$", out, re.M), out
     assert "upstream files not proposed" not in done.result.stderr
 
@@ -591,8 +591,8 @@ def test_offline_init_says_so_in_one_line_and_writes_the_table_commented_out(onb
     done = onboarded("scikit-build")
     assert done.result.returncode == 0, done.result.stdout + done.result.stderr
     [line] = [text for text in done.result.stdout.splitlines() if text.startswith("  upstream:")]
-    assert line.startswith("  upstream: not proposed: cannot fetch PyTorch's test files at ")
-    assert f"{UNREACHABLE} cannot be reached" in line and "written commented out with the 33 candidates" in line
+    assert line.startswith(f"  upstream: not proposed: {UNREACHABLE} cannot be reached (")
+    assert "written commented out with the 33 candidates" in line
     text = (done.repo / onboard.MANIFEST).read_text()
     assert manifest.load(done.repo / onboard.MANIFEST).suites.upstream is None
     assert uncommented_table(text)["suites"]["upstream"]["files"] == list(upstream_proposal.OPENREG_ALLOW_LIST)
