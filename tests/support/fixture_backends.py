@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 from filelock import FileLock
@@ -22,8 +23,6 @@ OPENREG = REPO / "backends" / "openreg"
 def write_openreg_manifest(path: Path, text: str) -> Path:
     """A changed copy of OpenReg's manifest written at `path`, with the known-failures file it names
     beside it: the manifest refuses to load without it."""
-    import shutil
-
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     shutil.copy2(OPENREG / "known-failures.toml", path.parent / "known-failures.toml")
