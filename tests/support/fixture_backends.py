@@ -54,7 +54,6 @@ def build_wheels(torch_layer) -> dict[str, Path]:
             out.mkdir(exist_ok=True)
             build = out / "build"
             # Build from copies: setuptools writes build/ and *.egg-info next to the sources.
-
             shutil.rmtree(build, ignore_errors=True)
             shutil.copytree(FIXTURES, build, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
             result = procs.run(envs.pip_argv(torch_layer, "wheel", "--no-deps", "--no-build-isolation", "-q",
