@@ -124,3 +124,9 @@ def pytest_collection_modifyitems(session, config, items):
     # Stable: a file keeps its order, and files not named come last.
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
+
+
+def pytest_configure(config):
+    from tests.support.cpu_report import register
+
+    register(config)
