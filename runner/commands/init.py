@@ -127,8 +127,9 @@ def _print_done(result: onboard.InitResult, options: onboard.InitOptions) -> Non
     if run is not None:
         given = f" --suites {','.join(options.suites)}" if options.suites != SUITES else ""
         given += f" --upstream-tests {options.upstream_tests}" if options.upstream_tests else ""
-        print(f"  ootci run ci/backend.toml --torch {options.torch}{given}      # green on that baseline: only new "
-              "failures fail it")
+        verdict = ("red until what is said above is fixed" if run.beyond_baseline
+                   else "green on that baseline: only new failures fail it")
+        print(f"  ootci run ci/backend.toml --torch {options.torch}{given}      # {verdict}")
     else:
         print(f"  ootci run ci/backend.toml --torch {options.torch} --suites smoke      # a first run on this machine")
     print("  edit runs-on in .github/workflows/ootci.yml and [ci] runs_on: runners with your device")

@@ -1,13 +1,14 @@
 """init's first run of the suites, and the baseline it leaves.
 
 init claims every dtype and capability the device supports at all, so some tests fail in them:
-a dtype the device can hold is a dtype to test. Once the manifest is written, init runs the
-suites once (smoke, integration, and upstream with the files it proposed) through the very
-stages `ootci run` runs them with (runner/stages), in the environment its own install stage
-made, and writes that run's failures as the backend's known failures through the code `ootci
+a dtype the device can hold is a dtype to test. Once the manifest is written, init verifies
+autoload and runs the suites once (smoke, integration, and upstream with the files it proposed)
+through the very stages `ootci run` runs them with (runner/stages), in the environment its own
+install stage made, and writes that run's failures as the backend's known failures through the code `ootci
 expect` uses (known_failures.record_run). The first nightly is then green, and every failure
 stays in sight: one line a test in the baseline file, and per dtype and capability on the
-terminal.
+terminal. What no baseline of tests can hold (a broken autoload contract, a suite that could not
+run) is said apart: the first `ootci run` would be red on it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from ootci.runner.stages import pipeline
 from ootci.runner.stages.base import RunContext
 
 WRITTEN_BY = "`ootci init` (its first run) and `ootci expect --from RUN`"
+STAGES = ("autoload", *SUITES)
+"""what init's first run runs after its own install: `ootci run`'s stages from autoload on (the probe
+imports the backend only after a plain `import torch`; the autoload checks import it every way)"""
 FIRST_OPS = 4
 """ops (or tests) a line of the summary names before it says how many more"""
 
@@ -43,14 +47,15 @@ class FirstRun:
 
 
 def run_suites(ctx: RunContext, manifest: Manifest, stage) -> tuple[RunRecord, Path]:
-    """The suite stages `ootci run` would run for this manifest (ctx.options.suites), in order,
-    with its rules: a stage that leaves the device unusable blocks the rest. `stage(name)` runs
-    and reports one. The record, with init's own stages before them, is written to ctx.run_dir."""
+    """The autoload stage, then the suite stages `ootci run` would run for this manifest
+    (ctx.options.suites), in order, with its rules: a stage that leaves the device unusable blocks
+    the rest. `stage(name)` runs and reports one. The record, with init's own stages before them,
+    is written to ctx.run_dir."""
     ctx.manifest = manifest
     record = ctx.record
     record.backend, record.device = manifest.name, manifest.device
     blocker: str | None = None
-    for name in SUITES:
+    for name in STAGES:
         if not pipeline.wanted(name, manifest, ctx.options):
             continue
         if blocker:
@@ -153,7 +158,7 @@ def first_few(tests: list[TestResult], limit: int = FIRST_OPS, dtypes: list[str]
 def summary_lines(first: FirstRun, smoke_tests: dict[str, list[str]], repo: Path) -> list[str]:
     """What init prints of its run: how each suite went and where every result is, then the known
     failures per claimed dtype and capability (those without any named on one line each)."""
-    stages = ", ".join(f"{s.name} {s.status.value}" for s in first.record.stages if s.name in SUITES)
+    stages = ", ".join(f"{s.name} {s.status.value}" for s in first.record.stages if s.name in STAGES)
     lines = [f"init's run of the suites: {stages or 'none'} (every result: {first.record_path})"]
     path = first.recorded.path
     where = path.relative_to(repo) if path.is_relative_to(repo) else path

@@ -555,7 +555,7 @@ def test_a_dtype_whose_ops_fail_is_claimed_and_its_failures_are_the_baseline(onb
     # init's run is a record like any run's: its suites, each failure kept with its retries.
     record = done.record
     assert record.backend == "acme-accel" and [s.name for s in record.stages] == [
-        "torch", "build", "install", "smoke", "integration", "upstream"]
+        "torch", "build", "install", "autoload", "smoke", "integration", "upstream"]
     tests = {t.id: t for t in record.tests}
     assert tests[ACME_OPS + "test_segfaults_off_cpu_acme"].outcome is Outcome.crashed
     assert tests[ACME_OPS + "test_numpy_went_away_acme"].outcome is Outcome.upstream
@@ -597,7 +597,8 @@ def test_offline_init_says_so_in_one_line_and_writes_the_table_commented_out(onb
     assert manifest.load(done.repo / onboard.MANIFEST).suites.upstream is None
     assert uncommented_table(text)["suites"]["upstream"]["files"] == list(upstream_proposal.OPENREG_ALLOW_LIST)
     # init's run has no upstream stage, and its baseline is that of the suites it ran: none failed.
-    assert {s.name: s.status for s in done.record.stages[3:]} == {"smoke": Status.passed,
+    assert {s.name: s.status for s in done.record.stages[3:]} == {"autoload": Status.passed,
+                                                                  "smoke": Status.passed,
                                                                   "integration": Status.skipped}
     assert known_failures.load(done.repo / onboard.BASELINE) == {}
 
