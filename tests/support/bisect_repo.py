@@ -2,7 +2,7 @@
 
     1  OpenReg as bundled                      (the good end)
     2  a README line
-    3  a C++ typo: the build breaks            (unrelated to the failure: skipped)
+    3  a C++ include of a header that does not exist: the build breaks   (unrelated: skipped)
     4  the typo fixed
     5  a Python `mul.Tensor` kernel that is wrong on float32   (the first bad commit)
     6  a comment
@@ -75,14 +75,18 @@ def make(root: Path) -> tuple[Path, list[str]]:
     repo = root / "openreg-history"
     shutil.copytree(OPENREG, repo, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.so"))
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    factories = repo / "csrc" / "aten" / "Factories.cpp"
-    good_factories = factories.read_text()
+    # The first file of its unity unit (setup.py includes a folder's files in sorted order): a missing
+    # include there stops the compiler before it parses any of torch's headers, so the broken step
+    # costs a failed build of seconds, not a minute of compiling up to the error.
+    first_unit = repo / "csrc" / "aten" / "Autocast.cpp"
+    good_first_unit = first_unit.read_text()
     register = repo / "torch_openreg" / "__init__.py"
     edits = [
         ("Import OpenReg", lambda: None),
         ("README: say where the sources come from", lambda: _append(repo / "README.md", "\nMirrored for ootci.\n")),
-        ("Factories: tidy includes", lambda: factories.write_text(good_factories + "\nthis is not C++;\n")),
-        ("Factories: fix the build", lambda: factories.write_text(good_factories)),
+        ("Autocast: tidy includes", lambda: first_unit.write_text('#include "openreg_autocast_policy.h"\n'
+                                                                  + good_first_unit)),
+        ("Autocast: fix the build", lambda: first_unit.write_text(good_first_unit)),
         ("Add a device kernel for mul", lambda: _append(register, _WRONG_MUL)),
         ("Comment the kernel", lambda: _append(register, "\n# The kernel above runs on host memory.\n")),
         ("README: build notes", lambda: _append(repo / "README.md", "\nBuilt with ccache when present.\n")),
