@@ -125,7 +125,6 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
-
 def pytest_configure(config):
     from tests.support.cpu_report import register
 

@@ -3,7 +3,7 @@
     1  OpenReg as bundled                      (the good end)
     2  a README line
     3  a C++ include of a header that does not exist: the build breaks   (unrelated: skipped)
-    4  the typo fixed
+    4  the include taken out
     5  a Python `mul.Tensor` kernel that is wrong on float32   (the first bad commit)
     6  a comment
     7  a README line
