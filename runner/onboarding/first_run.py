@@ -65,12 +65,8 @@ def run_suites(ctx: RunContext, manifest: Manifest, stage) -> tuple[RunRecord, P
             result = StageResult(name=name, status=Status.skipped, summary=reason)
         else:
             result = stage(name)
-            if despite:  # as `ootci run` records it: the failures this stage ran after
-                result.data["ran_despite"] = list(despite)
-            if not result.status.ok and result.data.get("blocks_later_stages", True):
+            if pipeline.blocks_the_rest(result, despite):
                 blocker = name
-            elif not result.status.ok:
-                despite.append(f"{name}: {result.root_cause.summary if result.root_cause else result.summary}")
             continue  # stage() keeps it in the record
         record.stages.append(result)
     record.finished_at = dt.datetime.now(dt.UTC)

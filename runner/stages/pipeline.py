@@ -66,6 +66,20 @@ def wanted(stage: str, manifest: Manifest, options: RunOptions) -> bool:
     return optional is None or optional(manifest, options)
 
 
+def blocks_the_rest(result: StageResult, despite: list[str]) -> bool:
+    """After a stage ran: its data names the failures it ran despite; True when it leaves the
+    device unusable, so the stages after it are blocked. A failure that does not block joins
+    `despite`, for the stages after it."""
+    if despite:
+        result.data["ran_despite"] = list(despite)
+    if result.status.ok:
+        return False
+    if result.data.get("blocks_later_stages", True):
+        return True
+    despite.append(f"{result.name}: {result.root_cause.summary if result.root_cause else result.summary}")
+    return False
+
+
 def skip_reason(manifest: Manifest, options: RunOptions, stage: str) -> str | None:
     names = list(STAGES)
     if options.last_stage and names.index(stage) > names.index(options.last_stage):
@@ -173,13 +187,10 @@ def run_backend(manifest: Manifest, options: RunOptions, reporter) -> RunRecord:
                         if wanted(rest, manifest, options):
                             record.stages.append(StageResult(name=rest, status=Status.blocked, summary=summary))
                     raise
-                if despite:
-                    result.data["ran_despite"] = list(despite)
+                blocks = blocks_the_rest(result, despite)
                 reporter.stage_finished(manifest.name, result)
-                if not result.status.ok and result.data.get("blocks_later_stages", True):
+                if blocks:
                     blocker = name
-                elif not result.status.ok:
-                    despite.append(f"{name}: {result.root_cause.summary if result.root_cause else result.summary}")
                 elif result.status is Status.skipped and result.data.get("skip_rest"):
                     skipper = result.summary
                 if name == "torch":
