@@ -14,7 +14,7 @@ import argparse
 import importlib
 import os
 
-from _probe import arm, attempt, emit, loaded, split_list, torch_state
+from _probe import arm, attempt, emit, leave, loaded, split_list, torch_state
 
 
 def load_entry_point(name: str):
@@ -57,3 +57,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()

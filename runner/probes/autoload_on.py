@@ -14,7 +14,7 @@ import importlib
 import time
 from functools import partial
 
-from _probe import arm, attempt, emit, loaded, sample_tensor, split_list, torch_state
+from _probe import arm, attempt, emit, leave, loaded, sample_tensor, split_list, torch_state
 
 
 def import_torch():
@@ -89,3 +89,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()

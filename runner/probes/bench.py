@@ -37,13 +37,12 @@ import functools
 import gc
 import importlib.util
 import itertools
-import os
 import statistics
 import time
 from pathlib import Path
 
 from _counters import CALLGRIND, Callgrind, CounterUnavailable, HardwareCounter
-from _probe import arm, attempt, emit, split_list
+from _probe import arm, attempt, emit, leave, split_list
 
 MODEL_PARITY = Path(__file__).resolve().parents[1] / "suites" / "integration" / "test_model_parity.py"
 
@@ -359,10 +358,8 @@ def main() -> None:
         if counter is not None:
             emit(f"count:{name}", **attempt(functools.partial(
                 measure_count, counter, on_device, on_cpu, after, args.count_repeats)))
-    if isinstance(counter, Callgrind):
-        # Nothing is left to count: the interpreter's teardown, instrumented, would cost half a minute.
-        os._exit(0)
 
 
 if __name__ == "__main__":
     main()
+    leave()  # under Callgrind the teardown, instrumented, would cost half a minute

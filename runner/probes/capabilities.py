@@ -21,7 +21,7 @@ import argparse
 import io
 import os
 
-from _probe import arm, attempt, emit, sample_tensor, split_list, torch_state
+from _probe import arm, attempt, emit, leave, sample_tensor, split_list, torch_state
 
 
 class Unsupported(Exception):
@@ -305,3 +305,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from _probe import arm, attempt, emit
+from _probe import arm, attempt, emit, leave
 
 
 def main() -> None:
@@ -28,3 +28,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()

@@ -268,6 +268,19 @@ def test_stdout_flood_neither_confuses_nor_bloats_the_result(backend_env):
     assert len(result.model_dump_json()) < 20_000
 
 
+def test_a_backend_that_aborts_at_finalization_costs_no_probe_its_result_or_its_teardown(backend_env, tmp_path):
+    """Each probe leaves once it has reported every phase (runner/probes/_probe.py: leave), without
+    finalizing torch: the backend's abort at exit never runs in a probe, and neither does the
+    second of CPU torch's teardown costs. (The suites still end their interpreters as a vendor's
+    do, where a crash at exit is a finding.)"""
+    log = tmp_path / "autoload.log"
+    result = run(backend_env("finalizer"), "finalizer", log=log)
+    assert result.status is Status.passed, result.model_dump_json(indent=1)[:3000]
+    ends = re.findall(r"^\[(.+), [0-9.]+ s\]$", log.read_text(), re.M)
+    # entry_points, plain import, opt-out, circular import and the timed pair of import_cost's run
+    assert len(ends) >= 4 and set(ends) == {"exit 0"}, ends
+
+
 def test_autoload_stage_records_the_verification(backend_env, tmp_path):
     import datetime as dt
 
