@@ -281,6 +281,20 @@ def test_a_backend_that_aborts_at_finalization_costs_no_probe_its_result_or_its_
     assert len(ends) >= 4 and set(ends) == {"exit 0"}, ends
 
 
+def test_the_same_abort_at_finalization_is_found_by_a_suite_whose_interpreter_ends_as_a_vendors_does(
+        backend_env, tmp_path):
+    out = tmp_path / "run"
+    done = ootci("test", "--python", str(backend_env("finalizer").python), "--backend",
+                 str(manifest_path("finalizer")), "--suite", "smoke", "--out", str(out))
+    record = record_files.read(out / "record.json")
+    smoke = record.stage("smoke")
+    assert done.returncode != 0 and smoke.status is Status.failed, done.stdout + done.stderr
+    # Every test had its result (no tensors on this device: most skip); then the interpreter ended.
+    assert "suite 'smoke': pytest stopped outside any test: pytest (smoke) was killed by SIGABRT" in smoke.summary, \
+        smoke.summary
+    assert smoke.root_cause is not None
+
+
 def test_autoload_stage_records_the_verification(backend_env, tmp_path):
     import datetime as dt
 
