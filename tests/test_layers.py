@@ -99,7 +99,8 @@ def test_the_tests_mirror_the_packages():
     folders = {p.parent.name for p in tests.glob("*/test_*.py")} - {"fixtures"}
     assert folders <= units | TEST_FOLDERS_BEYOND_RUNNER, folders - units - TEST_FOLDERS_BEYOND_RUNNER
     top = {p.name for p in tests.glob("test_*.py")}
+    # test_cpu_report.py: the test suite's own CPU budget (tests/support/cpu_report.py), no unit of runner/.
     assert top == {"test_readme.py", "test_layers.py", "test_dependencies.py", "test_packaging.py",
-                   "test_setup_script.py"}, top
+                   "test_setup_script.py", "test_cpu_report.py"}, top
     deeper = [p for p in tests.glob("*/*/test_*.py") if p.relative_to(tests).parts[0] != "fixtures"]
     assert not deeper, f"one level of folders, as runner/ has: {deeper}"
