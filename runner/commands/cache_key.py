@@ -68,7 +68,7 @@ def cache_keys(spec: torchspec.TorchSpec, trigger: str, *, index_url: str | None
     layer = envs.layer_key(plan.key)
     cls = trigger_class(trigger)
     return {
-        "torch-path": str(cache_root().absolute() / "torch" / layer),
+        "torch-path": str(envs.layer_env(plan.key).root.absolute()),
         "torch-key": f"{key_prefix(cls)}-torch-{layer}",
         # A PR run may start from what the nightly left; never the other way round.
         "torch-fallback": f"{key_prefix('main')}-torch-{layer}" if cls == "pr" else "",

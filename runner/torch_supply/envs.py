@@ -136,6 +136,11 @@ def layer_key(key_parts: object, extra_packages: list[str] | None = None) -> str
     return digest("torch-layer", key_parts, LAYER_PACKAGES + list(extra_packages or []), python_tag())
 
 
+def layer_env(key_parts: object, extra_packages: list[str] | None = None, *, cache: Path | None = None) -> Env:
+    """Where the torch layer for a torch plan's key lives (made or not: see Env.is_ready)."""
+    return Env((cache or cache_root()) / "torch" / layer_key(key_parts, extra_packages))
+
+
 def torch_layer(
     install_args: list[str],
     key_parts: object,
@@ -147,7 +152,7 @@ def torch_layer(
 ) -> tuple[Env, bool]:
     """The cached venv holding torch (installed from install_args); returns (env, reused)."""
     packages = LAYER_PACKAGES + list(extra_packages or [])
-    env = Env((cache or cache_root()) / "torch" / layer_key(key_parts, extra_packages))
+    env = layer_env(key_parts, extra_packages, cache=cache)
     env.root.parent.mkdir(parents=True, exist_ok=True)
     # Parallel runs (and pytest-xdist workers) share the cache: one builds, the rest wait.
     with FileLock(os.fspath(env.root) + ".lock"):

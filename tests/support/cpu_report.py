@@ -60,7 +60,6 @@ class CpuReport:
         with open(self.path, "a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
 
-
     def pytest_sessionfinish(self, session):
         if hasattr(session.config, "workerinput"):  # once, by the controller, after the workers
             return
@@ -81,7 +80,7 @@ def layer_python() -> Path | None:
     from ootci.runner.torch_supply import envs
     from tests.conftest import TORCH_SPEC
 
-    layer = envs.Env(envs.cache_root() / "torch" / envs.layer_key(TORCH_SPEC))
+    layer = envs.layer_env(TORCH_SPEC)
     return layer.python if layer.is_ready() else None
 
 
@@ -92,13 +91,13 @@ def import_torch_cpu(python: Path | str, runs: int = YARDSTICK_RUNS) -> float:
     be reaped meanwhile, so the difference of two RUSAGE_CHILDREN readings could count them too."""
     best = math.inf
     for _ in range(runs):
-        child = subprocess.Popen([os.fspath(python), "-c", "import torch"], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        error = child.stderr.read().decode(errors="replace") if child.stderr else ""
-        if child.stderr:
-            child.stderr.close()
+        with subprocess.Popen([os.fspath(python), "-c", "import torch"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}) as child:
+            # To its end before the wait: a child that filled the pipe would wait for the reader.
+            error = child.stderr.read() if child.stderr else ""
+            _, status, usage = os.wait4(child.pid, 0)
+            child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: the exit's wait returns at once
         if child.returncode != 0:
             raise subprocess.CalledProcessError(child.returncode, child.args, stderr=error)
         best = min(best, usage.ru_utime + usage.ru_stime)
