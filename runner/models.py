@@ -113,6 +113,22 @@ class TestResult(_Model):
     dtype: str | None = None
 
 
+class Cause(_Model):
+    """The failures of one stage that share a cause (runner/core/causes.py), for the terminal,
+    the page and the relay: hundreds of failing tests read as the few things that broke."""
+
+    text: str = Field(description="the signature: the innermost exception's type and first line, with numbers, "
+                                  "addresses, shapes, dtypes and the device's name masked; or `SIGSEGV in fft`")
+    novelty: str = Field(default="new", description="new, changed (a known failure now failing differently), "
+                                                    "known or upstream (fails on CPU too)")
+    count: int = 0
+    tests: list[str] = Field(default_factory=list, description="its tests, the first 100 (count is exact)")
+    ops: list[str] = Field(default_factory=list)
+    dtypes: list[str] = Field(default_factory=list)
+    masked: list[str] = Field(default_factory=list, description="what was masked or looked through to get the text")
+    was: str | None = Field(default=None, description="changed: the cause the baseline listed")
+
+
 class StageResult(_Model):
     name: str
     status: Status
@@ -124,6 +140,8 @@ class StageResult(_Model):
     checks: list[CheckResult] = Field(default_factory=list)
     counts: dict[str, int] = Field(default_factory=dict)
     data: dict[str, Any] = Field(default_factory=dict)
+    causes: list[Cause] = Field(default_factory=list, description="its failing tests grouped by cause, new ones "
+                                "first, largest first (suite stages)")
 
 
 class TorchInfo(_Model):

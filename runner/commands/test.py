@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ootci.runner.commands import upstream_options
+from ootci.runner.core import causes
 from ootci.runner.core.errors import EXIT_FAILED, TargetEnvironmentError, UsageError
 from ootci.runner.manifests import registry
 from ootci.runner.models import RunRecord, Status, TorchInfo
@@ -93,6 +94,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         result = upstream.run(ctx)
     else:
         result = suite_runner.run_stage(ctx, stage, specs)
+    causes.attach(result, record.tests, manifest.device)
     record.stages.append(result)
     record.status = result.status
     record.finished_at = dt.datetime.now(dt.UTC)
@@ -109,5 +111,9 @@ def _print(result, record: RunRecord) -> None:
     for problem in record.problems:
         print(f"PROBLEM  {problem}")
     print(f"{result.name}: {result.status.value} - {result.summary}")
+    for novelty in causes.NOVELTY_ORDER:
+        line = causes.summary_line(result.causes, novelty)
+        if line:
+            print(line)
     if result.status is not Status.passed and result.root_cause:
         print(f"root cause: {result.root_cause.summary}")

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ootci.runner import __version__
-from ootci.runner.core import procs
+from ootci.runner.core import causes, procs
 from ootci.runner.core.errors import OotciError
 from ootci.runner.manifests import registry
 from ootci.runner.manifests.manifest import Manifest
@@ -110,6 +110,7 @@ def run_stage(name: str, ctx: RunContext) -> StageResult:
     ctx.stage_name = name
     started = now()
     t0 = time.monotonic()
+    tests_before = len(ctx.record.tests)
     try:
         result = stage.run(ctx)
     except OotciError as exc:
@@ -127,6 +128,8 @@ def run_stage(name: str, ctx: RunContext) -> StageResult:
                                                   message=str(exc),
                                                   hint="a bug in ootci: please report it with the stage log"))
     result.name = name
+    if name in SUITE_STAGES and len(ctx.record.tests) > tests_before:
+        causes.attach(result, ctx.record.tests[tests_before:], ctx.record.device)
     result.started_at = started
     result.duration_s = round(time.monotonic() - t0, 3)
     log_path = ctx.run_dir / "logs" / f"{name}.log"

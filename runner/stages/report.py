@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TextIO
 
+from ootci.runner.core import causes
 from ootci.runner.models import RunRecord, StageResult, Status
 
 ICONS = {
@@ -142,10 +143,15 @@ class Reporter:
 
 
 def novelty_line(record: RunRecord) -> str:
-    """What is new since the baseline, in one line ('' when nothing failed)."""
+    """What is new since the baseline, in one line ('' when nothing failed): by cause, largest
+    first, where the record has its causes (older and pruned ones name the first tests)."""
     found = record.novelty()
     parts = []
-    if found["new"]:
+    by_cause = causes.merge(s.causes for s in record.stages)
+    if found["new"] and by_cause:
+        parts += [line for line in (causes.summary_line(by_cause, "new"), causes.summary_line(by_cause, "changed"))
+                  if line]
+    elif found["new"]:
         shown = ", ".join(found["new"][:3]) + (f" and {len(found['new']) - 3} more" if len(found["new"]) > 3 else "")
         parts.append(f"{len(found['new'])} new failures ({shown})")
     if found["known"]:

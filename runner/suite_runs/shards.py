@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ootci.runner.core import atomic
+from ootci.runner.core import atomic, causes
 from ootci.runner.core.errors import UsageError
 from ootci.runner.models import (
     SEVERITY,
@@ -285,6 +285,8 @@ def merge_group(group: Group) -> tuple[RunRecord, dict[str, list[tuple[int, Path
         parts = {k: part for k in present if (part := records[k].stage(name)) is not None}
         if name in SUITES:
             stage = _suite_stage(name, parts, n, missing, tests, name == suite_stages[-1])
+            causes.attach(stage, [t for t in tests if t.suite in stage.data.get("suites", {})],
+                          records[present[0]].device)
         else:
             stage = _plain_stage(name, parts, n)
         stage.data["shards"] = [
