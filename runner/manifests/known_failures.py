@@ -12,7 +12,13 @@ test, sorted, so that a diff shows exactly which tests became known or stopped b
 known:
 
     [integration]
-    "test_opinfo.py::test_compare_cpu[abs-int64]" = { outcome = "failed", torch = "2.13.0+cpu", reason = "..." }
+    "test_opinfo.py::test_compare_cpu[abs-int64]" = { outcome = "failed", torch = "2.13.0+cpu",
+        cause = "...", reason = "..." }   (on one line)
+
+Each entry keeps its failure's cause (runner/core/causes.py): a known failure that fails again
+with another cause is a new bug hiding behind an old one, reported as "known, now failing
+differently" and not counted as known. A file written before causes were kept (no `cause`) still
+loads, and its entries hold for any cause until `ootci expect` runs again and fills them in.
 
 Entries name tests exactly, never by pattern: patterns, with a reason and a link a
 person wrote, are the manifest's own `expected_failures`.
@@ -29,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ootci.runner.core import atomic
+from ootci.runner.core import atomic, causes
 from ootci.runner.core.errors import ManifestError
 
 if TYPE_CHECKING:  # manifest.py imports this module
@@ -51,7 +57,8 @@ HEADER = """\
 # Written by {written_by}; reviewed like code. One line a test, by suite.
 # A run passes when every failure is listed here; a listed test that passes again is
 # reported `fixed`, and `ootci expect --prune --from RUN` removes it.
-# outcome: how it failed when listed; torch: the torch it was seen failing with.
+# outcome: how it failed when listed; torch: the torch it was seen failing with;
+# cause: its error with numbers, shapes, dtypes and the device masked (a new cause is news).
 """
 
 
@@ -61,6 +68,8 @@ class KnownFailure(BaseModel):
     outcome: str = Field(description="failed, error, crashed or timeout, when it was listed")
     reason: str = Field(description="its message when it was listed")
     torch: str = Field(default="", description="the torch it was seen failing with")
+    cause: str = Field(default="", description="its cause when listed (runner/core/causes.py); '' in a file "
+                                               "written before causes were kept: any cause is the known one")
 
 
 Baseline = dict[str, dict[str, KnownFailure]]
@@ -120,13 +129,16 @@ def render(backend: str, baseline: Baseline, written_by: str = EXPECT) -> str:
             fields = [f"outcome = {json.dumps(e.outcome)}"]
             if e.torch:
                 fields.append(f"torch = {json.dumps(e.torch)}")
+            if e.cause:
+                fields.append(f"cause = {json.dumps(e.cause, ensure_ascii=False)}")
             fields.append(f"reason = {json.dumps(_one_line(e.reason), ensure_ascii=False)}")
             lines.append(f"{json.dumps(test_id, ensure_ascii=False)} = {{ {', '.join(fields)} }}\n")
     return "".join(lines)
 
 
-def entry(outcome: str, message: str, torch: str | None) -> KnownFailure:
-    return KnownFailure(outcome=outcome, reason=_one_line(message) or f"it {outcome}", torch=torch or "")
+def entry(outcome: str, message: str, torch: str | None, cause: str = "") -> KnownFailure:
+    return KnownFailure(outcome=outcome, reason=_one_line(message) or f"it {outcome}", torch=torch or "",
+                        cause=_one_line(cause))
 
 
 # -- from a run to the file -----------------------------------------------------------------
@@ -134,11 +146,13 @@ def entry(outcome: str, message: str, torch: str | None) -> KnownFailure:
 NOT_PASSING = ("failed", "error", "crashed", "timeout")
 
 
-def update(baseline: Baseline, tests, torch: str | None, *, prune: bool) -> tuple[Baseline, dict[str, int]]:
+def update(baseline: Baseline, tests, torch: str | None, *, prune: bool,
+           device: str | None = None) -> tuple[Baseline, dict[str, int]]:
     """The baseline after a run's tests (runner.models.TestResult): every test that did not pass
-    and is not yet listed is added; with `prune`, a listed test that passed (fixed), that failed
-    on CPU too (upstream: not the backend's) or that its suite no longer has is removed. Entries
-    already listed keep what they said. Every id it adds is one `load` reads back."""
+    and is not yet listed is added, with its cause; with `prune`, a listed test that passed
+    (fixed), that failed on CPU too (upstream: not the backend's) or that its suite no longer has
+    is removed. Entries already listed keep what they said; one without a cause (an older file)
+    takes the cause it failed with as expected. Every id it adds is one `load` reads back."""
     new: Baseline = {suite: dict(entries) for suite, entries in baseline.items()}
     counts = {"added": 0, "removed": 0, "fixed": 0, "kept": 0}
     seen: dict[str, set[str]] = {}
@@ -149,8 +163,11 @@ def update(baseline: Baseline, tests, torch: str | None, *, prune: bool) -> tupl
             if not is_test_id(t.id):
                 raise ManifestError(f"test id {t.id!r} of suite {t.suite!r} cannot be listed as a known failure "
                                     f"(it has whitespace or a wildcard outside its parameters)")
-            new.setdefault(t.suite, {})[t.id] = entry(t.outcome.value, t.message, torch)
+            new.setdefault(t.suite, {})[t.id] = entry(t.outcome.value, t.message, torch,
+                                                      causes.cause_of(t, device))
             counts["added"] += 1
+        elif t.outcome.value == "xfailed" and listed is not None and not listed.cause:
+            new[t.suite][t.id] = listed.model_copy(update={"cause": _one_line(causes.cause_of(t, device))})
         elif t.outcome.value == "fixed":
             counts["fixed"] += 1
             if prune:
@@ -204,7 +221,7 @@ def record_run(manifest: Manifest, tests, torch: str | None, *, prune: bool = Fa
     `comment`). `ootci expect` and `ootci init` both write a baseline through here."""
     assert manifest.path is not None, "a manifest read from a file"
     target = manifest.known_failures_path() or manifest.directory / DEFAULT_NAME
-    baseline, counts = update(manifest.known, tests, torch, prune=prune)
+    baseline, counts = update(manifest.known, tests, torch, prune=prune, device=manifest.device)
     atomic.write_text(target, render(manifest.name, baseline, written_by))
     if not manifest.known_failures:
         text = manifest.path.read_text(encoding="utf-8")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
+from ootci.runner.core import causes
 from ootci.runner.manifests.known_failures import KnownFailure
 from ootci.runner.manifests.manifest import ExpectedFailure, Manifest
 from ootci.runner.models import SUITES, Outcome, TestResult
@@ -43,13 +44,24 @@ def _reason(entry: ExpectedFailure) -> str:
     return entry.reason + (f" ({entry.link})" if entry.link else "")
 
 
-def apply_expected(result: TestResult, entry: ExpectedFailure | KnownFailure | None) -> TestResult:
+def cause_changed(result: TestResult, entry: KnownFailure, device: str | None) -> bool:
+    """A known failure that failed with another cause than its baseline entry lists: a new bug
+    hiding behind an old one. An entry without a cause (an older file) holds for any."""
+    return bool(entry.cause) and result.outcome in NOT_PASSING and causes.cause_of(result, device) != entry.cause
+
+
+def apply_expected(result: TestResult, entry: ExpectedFailure | KnownFailure | None,
+                   device: str | None = None) -> TestResult:
     """xfailed for an expected failure that failed; for one that passed, xpassed (a manifest
     entry: the list a person keeps must not go stale) or fixed (a known failure: good news,
-    which `ootci expect --prune` takes off the list)."""
+    which `ootci expect --prune` takes off the list). A known failure that failed with another
+    cause keeps its outcome, its message saying it is known but now failing differently."""
     if entry is None:
         return result
     if isinstance(entry, KnownFailure):
+        if cause_changed(result, entry, device):
+            message = f"{causes.CHANGED} (listed as `{entry.cause}`); it {result.outcome.value}: {result.message}"
+            return result.model_copy(update={"message": message})
         if result.outcome in NOT_PASSING:
             message = f"known failure ({entry.outcome} with torch {entry.torch or '?'}); it {result.outcome.value}: " \
                       f"{result.message}"

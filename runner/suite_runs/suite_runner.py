@@ -13,14 +13,14 @@ How one suite runs:
    `timeout`, when it had run past the per-test limit), the results so far are kept,
    and pytest is started again on the tests that have no result yet, without the
    one that crashed. This repeats up to MAX_RESUMES times.
-2. Tests that did not pass (failed, error, timeout, crashed) and are not expected
-   failures are run again, up to `manifest.retries` times: passing on a retry makes a
-   test `flaky` (attempts > 1); failing every time keeps it failing. Retries are
-   cheap by rule: a test that fails twice with the same error is deterministic and
-   not run a third time; a test that crashed or timed out is re-run at most once; and
-   all retries together get at most RETRY_SHARE of the first attempt's time (at least
-   RETRY_FLOOR_S), cheap failures first. What was re-run, and what the budget left
-   out, is in the stage's data (`suites.<name>.retries`).
+2. Tests that did not pass (failed, error, timeout, crashed) and are not expected failures
+   (or are known failures that now fail with another cause) are run again, up to
+   `manifest.retries` times: passing on a retry makes a test `flaky` (attempts > 1); failing
+   every time keeps it failing. Retries are cheap by rule: a test that fails twice with the
+   same error is deterministic and not run a third time; a test that crashed or timed out is
+   re-run at most once; and all retries together get at most RETRY_SHARE of the first
+   attempt's time (at least RETRY_FLOOR_S), cheap failures first. What was re-run, and what
+   the budget left out, is in the stage's data (`suites.<name>.retries`).
 3. Expected failures from the manifest become `xfailed`, or `xpassed` if they passed.
 4. The classified results are written to `<junit dir>/<suite>.xml`; the raw files
    of every attempt stay under `<junit dir>/raw/<suite>/`.
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ootci.runner.core import procs, rootcause
+from ootci.runner.manifests.known_failures import KnownFailure
 from ootci.runner.manifests.manifest import Manifest, VendorSuite
 from ootci.runner.models import SUITES, Outcome, RootCause, StageResult, Status, TestResult
 from ootci.runner.suite_runs import classify, junit
@@ -258,8 +259,12 @@ class SuiteRunner:
         return self._classify(spec, cases, attempts, first_failure), summary
 
     def _retriable(self, suite: str, case: JUnitCase) -> bool:
-        return (case.outcome in classify.NOT_PASSING
-                and classify.expected_failure(self.manifest, suite, case.id, self.torch_version) is None)
+        """A failure that is new: not expected, or a known failure that now fails with another cause."""
+        if case.outcome not in classify.NOT_PASSING:
+            return False
+        entry = classify.expected_failure(self.manifest, suite, case.id, self.torch_version)
+        return entry is None or (isinstance(entry, KnownFailure)
+                                 and classify.cause_changed(case.to_result(suite), entry, self.manifest.device))
 
     def _classify(self, spec: SuiteSpec, cases: dict[str, JUnitCase], attempts: dict[str, int],
                   first_failure: dict[str, JUnitCase]) -> list[TestResult]:
@@ -279,8 +284,8 @@ class SuiteRunner:
                 result = result.model_copy(update={"message": f"{result.message} (a module the suite's tests need: "
                                                    f"{spec.missing_module_hint})"})
             if spec.expected:
-                result = classify.apply_expected(result, classify.expected_failure(self.manifest, suite, test_id,
-                                                                                   self.torch_version))
+                entry = classify.expected_failure(self.manifest, suite, test_id, self.torch_version)
+                result = classify.apply_expected(result, entry, self.manifest.device)
             results.append(result)
         return results
 

@@ -11,15 +11,19 @@ made stable (runner/suites/device_type_ids.py) and dtypes the backend does not c
 (`[suites.upstream] timeout`); tests a file did not reach in it are skipped, saying so, so that
 the test that took the time is the failure.
 
-The second opinion: every test that failed on the device (failed, error, crashed, timed out)
-runs once more, in two processes for all files, side by side. One re-runs the failing tests on the device: flaky
-or failing, the retry every suite gets (here at most one). The other runs the same tests and dtypes
-on CPU, with the backend not loaded at all (no import, `TORCH_DEVICE_BACKEND_AUTOLOAD=0`: a
-backend that patches torch, or breaks `import torch`, must not make CPU fail too), and collects
-again on CPU alone each file that did not collect on the device. A test that fails on CPU too is
-`upstream`: not the backend's, shown apart, and never its failure or regression (numpy 2 has no
-`np.msort`; a file of another commit expects another exception). Only then are the manifest's
-expected failures and the known-failures baseline applied, to what is left of the backend's.
+The second opinion: every test that failed on the device (failed, error, crashed, timed out) and
+is new runs once more: a known failure that failed with the cause its baseline entry lists
+(runner/core/causes.py) needs none, and costs nothing more each night; one that now fails with
+another cause is asked like a new one, and stays a failure, known but now failing differently,
+unless the second opinion says otherwise. Each runs once more, in two processes for all files,
+side by side. One re-runs the failing tests on the device: flaky or failing, the retry every
+suite gets (here at most one). The other runs the same tests and dtypes on CPU, with the backend
+not loaded at all (no import, `TORCH_DEVICE_BACKEND_AUTOLOAD=0`: a backend that patches torch,
+or breaks `import torch`, must not make CPU fail too), and collects again on CPU alone each file
+that did not collect on the device. A test that fails on CPU too is `upstream`: not the
+backend's, shown apart, and never its failure or regression (numpy 2 has no `np.msort`; a file
+of another commit expects another exception). Only then are the manifest's expected failures and
+the known-failures baseline applied, to what is left of the backend's.
 
 Files run side by side, as PyTorch's own runner runs its test files (`parallel`, one per core
 by default), each with its own log joined into the stage's in file order. That, and two processes
@@ -39,6 +43,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from ootci.runner.manifests.known_failures import KnownFailure
 from ootci.runner.manifests.manifest import Manifest, UpstreamSuite
 from ootci.runner.models import Outcome, RootCause, Status, TestResult
 from ootci.runner.records.upstream_files import SUITE, file_of
@@ -231,7 +236,8 @@ class UpstreamRunner:
         """(test id -> its re-run on the device, test id -> its failure on CPU) for the failing tests;
         a file that did not collect on the device is under its own id in the second when it does not
         collect on CPU either."""
-        failing = {f: [r.id for r in run.results if _failing(r) and r.id != f] for f, run in on_device.items()}
+        failing = {f: [r.id for r in run.results if _failing(r) and r.id != f and not self._known_alike(r)]
+                   for f, run in on_device.items()}
         not_collected = [f for f, run in on_device.items() if any(r.id == f and _failing(r) for r in run.results)]
         ids = [i for ids in failing.values() for i in ids]
         files = [f for f, ids in failing.items() if ids]
@@ -258,6 +264,13 @@ class UpstreamRunner:
             if r.id in not_collected or r.id.endswith(CPU_TWIN):
                 on_cpu[r.id.removesuffix(CPU_TWIN)] = r
         return again, {i: r for i, r in on_cpu.items() if _failing(r)}
+
+    def _known_alike(self, result: TestResult) -> bool:
+        """A known failure that failed with the cause its baseline entry lists: nothing new to ask
+        the second opinion (an entry without a cause, from an older file, is asked as before)."""
+        entry = classify.expected_failure(self.manifest, SUITE, result.id, self.torch_version)
+        return isinstance(entry, KnownFailure) and bool(entry.cause) and \
+            not classify.cause_changed(result, entry, self.device)
 
     def _file_run(self, file: str, on_device: SuiteRun, took: float, again: dict[str, TestResult],
                   on_cpu: dict[str, TestResult]) -> FileRun:
@@ -297,4 +310,4 @@ class UpstreamRunner:
                 "message": f"fails on CPU too: not the backend's ({result.outcome.value} on {self.device}: "
                            f"{result.message} | {on_cpu.outcome.value} on cpu: {on_cpu.message})"[:2000]})
         entry = classify.expected_failure(self.manifest, SUITE, result.id, self.torch_version)
-        return classify.apply_expected(result, entry)
+        return classify.apply_expected(result, entry, self.device)
