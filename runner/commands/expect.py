@@ -69,4 +69,7 @@ def cmd_expect(args: argparse.Namespace) -> int:
         fixed = f"; {counts['fixed']} fixed (they passed): `--prune` removes them"
     print(f"ootci expect: {recorded.path}: {recorded.total} known failures ({counts['added']} added, "
           f"{counts['removed']} removed){fixed}")
+    if recorded.total:
+        print(f"by cause ({len(known_failures.by_cause(recorded.baseline))} causes; tests, cause):")
+        print("\n".join(known_failures.cause_lines(recorded.baseline)))
     return 0

@@ -234,7 +234,7 @@ def was_of(result: TestResult) -> str | None:
 class _Group:
     text: str
     novelty: str
-    masked: tuple[str, ...]
+    masked: dict[str, None]
     tests: list[str] = field(default_factory=list)
     count: int = 0
     ops: dict[str, None] = field(default_factory=dict)
@@ -254,8 +254,9 @@ def group(results: Iterable[TestResult], device: str | None = None) -> list[Caus
         key = (novelty, sig.text)
         found = groups.get(key)
         if found is None:
-            found = groups[key] = _Group(sig.text, novelty, sig.masked,
+            found = groups[key] = _Group(sig.text, novelty, {},
                                          was=was_of(result) if novelty == "changed" else None)
+        found.masked.update(dict.fromkeys(sig.masked))
         found.count += 1
         if len(found.tests) < TESTS_KEPT:
             found.tests.append(result.id)

@@ -185,6 +185,30 @@ def update(baseline: Baseline, tests, torch: str | None, *, prune: bool,
     return {s: e for s, e in new.items() if e}, counts
 
 
+NO_CAUSE = "(no cause recorded: listed before causes were kept)"
+CAUSES_SHOWN = 10
+
+
+def by_cause(baseline: Baseline) -> list[tuple[str, list[str]]]:
+    """(cause, `suite::test` ids) of every entry, the largest cause first."""
+    found: dict[str, list[str]] = {}
+    for suite, entries in baseline.items():
+        for test_id, e in entries.items():
+            found.setdefault(e.cause or NO_CAUSE, []).append(f"{suite}::{test_id}")
+    return sorted(found.items(), key=lambda item: (-len(item[1]), item[0]))
+
+
+def cause_lines(baseline: Baseline, shown: int = CAUSES_SHOWN) -> list[str]:
+    """A baseline by cause, for people: one line each, the largest first, with its first test."""
+    grouped = by_cause(baseline)
+    width = len(str(max((len(ids) for _, ids in grouped), default=0)))
+    lines = [f"  {len(ids):>{width}}  {cause}  (e.g. {sorted(ids)[0]})" for cause, ids in grouped[:shown]]
+    if len(grouped) > shown:
+        rest = sum(len(ids) for _, ids in grouped[shown:])
+        lines.append(f"  and {len(grouped) - shown} more causes ({rest} tests)")
+    return lines
+
+
 def name_in_manifest(manifest_text: str, file_name: str, comment: str = "") -> str:
     """The manifest's text with `known_failures = "<file>"` among its top-level keys (before the
     first table, where TOML puts them), after `comment` (lines that start with #) when given; the

@@ -173,4 +173,8 @@ def summary_lines(first: FirstRun, smoke_tests: dict[str, list[str]], repo: Path
         clean = [name.removeprefix(f"{kind} ") for name, tests in rows if name.startswith(f"{kind} ") and not tests]
         if clean:
             lines.append(f"  none in {'dtypes' if kind == 'dtype' else 'capabilities'} {', '.join(clean)}")
+    if first.recorded.total:
+        lines.append(f"known failures by cause ({len(known_failures.by_cause(first.recorded.baseline))} causes; "
+                     f"tests, cause):")
+        lines += known_failures.cause_lines(first.recorded.baseline)
     return lines
