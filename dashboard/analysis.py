@@ -214,3 +214,65 @@ def pr_heads(index: Index, runs: list[Run]) -> list[Head]:
             seen.add(run.backend)
         heads.append(Head(sha, rows))
     return heads
+
+
+# --- causes: failures grouped by what broke (runner/core/causes.py) -------------------------
+
+CAUSE_NOVELTY = ("new", "changed", "known", "upstream")
+
+
+def run_causes(run: Run) -> list[dict]:
+    """The causes the run's stages recorded (as the index keeps them), each with its stage,
+    ordered new, changed, known, upstream and the largest first within each."""
+    found = [dict(c, stage=s["name"]) for s in run.stages for c in s.get("causes", ())]
+    return sorted(found, key=lambda c: (CAUSE_NOVELTY.index(c["novelty"]) if c["novelty"] in CAUSE_NOVELTY
+                                        else len(CAUSE_NOVELTY), -c["count"], c["text"]))
+
+
+@dataclass
+class CauseSince:
+    """Since when a cause has been failing: the first run of its current stretch, and the run
+    before it (the culprit range of the night it appeared is between the two)."""
+
+    first: Run
+    before: Run | None
+
+    @property
+    def compare_url(self) -> str | None:
+        return compare_url(self.before.torch_git if self.before else None, self.first.torch_git)
+
+
+def cause_history(runs: list[Run]) -> dict[int, dict[str, CauseSince]]:
+    """For each run (main-line, with results, oldest first): cause text -> since when it has
+    been failing without a break. A cause is the same from night to night when its text is."""
+    history: dict[int, dict[str, CauseSince]] = {}
+    current: dict[str, CauseSince] = {}
+    previous: Run | None = None
+    for run in runs:
+        texts = {c["text"] for c in run_causes(run)}
+        current = {t: current.get(t) or CauseSince(run, previous) for t in texts}
+        history[run.id] = current
+        previous = run
+    return history
+
+
+@dataclass
+class SharedCause:
+    """A new cause that several backends hit in their latest runs of the same night: an upstream
+    break, shown once."""
+
+    text: str
+    night: str
+    backends: list[tuple[str, int]]
+    """(backend, its tests with the cause)"""
+
+
+def shared_causes(latest: dict[str, list[tuple[str, int, str]]]) -> list[SharedCause]:
+    """Causes new on two or more backends the same night. `latest`: backend -> (cause text, count,
+    night YYYY-MM-DD) of its latest run's new causes."""
+    by_key: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for backend, found in latest.items():
+        for text, count, night in found:
+            by_key.setdefault((text, night), []).append((backend, count))
+    shared = [SharedCause(text, night, sorted(hit)) for (text, night), hit in by_key.items() if len(hit) > 1]
+    return sorted(shared, key=lambda s: (-len(s.backends), -sum(n for _, n in s.backends), s.text))

@@ -320,6 +320,7 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
         "summary": s.summary, "counts": s.counts,
         "cause": s.root_cause.summary if s.root_cause else None,
         "hint": s.root_cause.hint if s.root_cause else None,
+        **({"causes": stage_causes(s)} if s.causes else {}),
     } for s in record.stages]
     return RunSummary(
         rel=found.rel, mtime_ns=found.mtime_ns, size=found.size, run_id=record.run_id,
@@ -332,6 +333,19 @@ def summarize(record: RunRecord, found: FoundFile, seen_testsets: set[str] | Non
         notable_zjson=zlib.compress(_compact(notable).encode(), 1), problems_json=_compact(record.problems),
         testset=testset, digest=run_digest, bench_json=_bench(record), upstream_json=_upstream(record),
     )
+
+
+CAUSES_KEPT = 50
+"""causes of a stage the index keeps (largest first within new, changed, known, upstream); the run
+page shows them all"""
+
+
+def stage_causes(stage) -> list[dict]:
+    """A stage's causes as the index keeps them: enough for the backend and index pages and for
+    each cause's first night (dashboard/analysis.py)."""
+    return [{"text": c.text, "novelty": c.novelty, "count": c.count, "example": c.tests[0] if c.tests else None,
+             "ops": c.ops[:5], "n_ops": len(c.ops), "dtypes": c.dtypes[:6], "n_dtypes": len(c.dtypes),
+             **({"was": c.was} if c.was else {})} for c in stage.causes[:CAUSES_KEPT]]
 
 
 def _upstream(record: RunRecord) -> str | None:

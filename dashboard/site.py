@@ -22,7 +22,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ootci.dashboard import analysis, performance, records, render, upstream
+from ootci.dashboard import analysis, causes, performance, records, render, upstream
 from ootci.dashboard.records import (
     BadRecord,
     Digest,
@@ -291,7 +291,11 @@ class _Build:
         latest = {(analysis.mainline(runs) or runs)[-1].id for runs in fresh.values() if runs}
         to_write = sorted((r for runs in wanted.values() for r in runs if r.id not in have),
                           key=lambda r: r.id not in latest)
-        pages = _RunPages(self, to_write, latest)
+        # Each cause's first night, from the backend's history, for the run pages' causes tables.
+        since = {run_id: {text: causes.since_entry(s, "../../", want_ids) for text, s in found.items()}
+                 for b, runs in fresh.items()
+                 for run_id, found in analysis.cause_history(analysis.with_results(analysis.mainline(runs))).items()}
+        pages = _RunPages(self, to_write, latest, since)
         try:
             pages.take(sum(1 for r in to_write if r.id in latest))
             self._write_other_pages(build_id, backends, fresh, wanted, cache, want_ids)
@@ -320,6 +324,7 @@ class _Build:
             self._write_backend(summary, runs, paged, perf)
             self.report.backend_pages += 1
             cache[b] = {"row": str(render.page("_index_row.html.j2", s=summary)), "api": summary["api"],
+                        "new_causes": summary["causes"]["new_causes"],
                         "wanted": [r.id for r in wanted[b]], "latest_id": summary["latest"].id,
                         "bisection": _bisection_key(self.bisections.get(b))}
             self.index.set_backend_cache(b, cache[b])
@@ -339,8 +344,10 @@ class _Build:
                 (self.staging / f"prs/{pr}.html").unlink()
 
         entries = [cache[b] for b in backends]
+        shared = analysis.shared_causes({b: [tuple(c) for c in cache[b].get("new_causes", [])] for b in backends})
         self.put("index.html", render.page("index.html.j2", root="", rows=[render.Markup(e["row"]) for e in entries],
-                                           prs=prs[:30], generated=generated, skipped=self.report.skipped))
+                                           prs=prs[:30], generated=generated, skipped=self.report.skipped,
+                                           shared_causes=shared))
         self.put("coverage.html", render.page("coverage.html.j2", root="", **self._coverage(cache, backends),
                                               generated=generated))
         self.put("api/latest.json", render.dumps({
@@ -399,8 +406,11 @@ class _Build:
         up = upstream.section(latest.upstream, self.index.upstream_files(latest.id) if latest.upstream else None)
         api["upstream"] = up
         slower = perf.slower if perf else []
+        counted = causes.counted(latest)
+        api["causes"] = {"causes": counted["causes"], "new": counted["new"]}
         return {"name": name, "latest": latest, "green": green, "spark": main[-analysis.FLAKY_WINDOW:],
-                "api": api, "paged": latest.id in paged, "runs": len(main), "slower": slower, "upstream": up}
+                "api": api, "paged": latest.id in paged, "runs": len(main), "slower": slower, "upstream": up,
+                "causes": counted}
 
     def _write_backend(self, summary: dict, runs: list[Run], paged: set[int],
                        perf: performance.Section | None = None) -> None:
@@ -413,11 +423,13 @@ class _Build:
         changes = analysis.changes(self.index, judged)
         flaky = analysis.flaky(self.index, judged)
         xfail = analysis.expected_failures(self.index, judged[-1] if judged else None)
+        cause_rows = causes.run_rows(judged[-1], analysis.cause_history(judged)[judged[-1].id], paged) \
+            if judged else []
         hrefs = {r.id: "../" + render.run_href(r) for r in main if r.id in paged}
         bisection = self.bisections.get(name)
         self.put(render.backend_href(name), render.page(
             "backend.html.j2", root="../", s=summary, runs=list(reversed(main)), pr_runs=list(reversed(pr_runs)),
-            culprit=suspect, changes=changes, flaky=flaky, xfail=xfail, paged=paged,
+            culprit=suspect, changes=changes, flaky=flaky, xfail=xfail, paged=paged, causes=cause_rows,
             hidden=sum(1 for r in main if r.id not in paged),
             trend=render.trend(main, hrefs), reproduce=reproduce_command(main[-1]),
             perf=perf, perf_charts={c.anchor: performance.chart(c, hrefs) for c in perf.charts} if perf else {},
@@ -434,6 +446,8 @@ class _Build:
             "newly_fixed": [{"test": t, "was": o} for t, o in changes.fixed],
             "flaky": [vars(f) for f in flaky],
             "expected_failures": [{"test": t, "outcome": o, "reason": why} for t, o, why in xfail],
+            "causes": [{k: c.get(k) for k in ("text", "novelty", "count", "stage", "example", "ops", "dtypes",
+                                              "was", "first_run", "culprit_url")} for c in cause_rows],
             "reproduce": reproduce_command(main[-1]),
             "bisection": _bisection_api(bisection),
             "performance": performance.api(perf),
@@ -460,20 +474,20 @@ class _Build:
 class _RunPages:
     """Run pages being written, by worker processes when there are many; results are taken in order."""
 
-    def __init__(self, build: _Build, runs: list[Run], latest: set[int]):
+    def __init__(self, build: _Build, runs: list[Run], latest: set[int], since: dict[int, dict[str, dict]]):
         self.build, self.runs = build, runs
         self.written: dict[int, list[str]] = {}
         self.taken = 0
         # Op coverage comes from the latest runs: only their pages work out the ops.
         work = [(str(build.data_dir), r.rel, str(build.staging), render.run_base(r),
-                 render.backend_href(r.backend), r.id in latest) for r in runs]
+                 render.backend_href(r.backend), r.id in latest, since.get(r.id)) for r in runs]
         jobs = build.jobs or os.cpu_count() or 1
         self.pool = None
         if len(work) >= 8 and jobs > 1:
             self.pool = ProcessPoolExecutor(min(jobs, len(work)), initializer=reset_worker)
             self.results = self.pool.map(write_run_page_in_worker, *zip(*work, strict=True), chunksize=4)
         else:
-            self.results = iter([write_run_page(*w) for w in work])
+            self.results = iter([write_run_page(*w[:6], since=w[6]) for w in work])
 
     def take(self, count: int | None = None) -> None:
         """Wait for the next `count` pages (None: all the rest) and keep what they found."""
@@ -540,8 +554,10 @@ def reproduce_command(run: Run) -> str:
 
 
 def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_href: str, with_ops: bool = True,
-                   in_worker: bool = False) -> tuple[str | None, list[str], Digest | None]:
-    """Render one run page and copy its logs beside it.
+                   in_worker: bool = False, since: dict[str, dict] | None = None
+                   ) -> tuple[str | None, list[str], Digest | None]:
+    """Render one run page and copy its logs beside it; `since`: each cause's first night
+    (dashboard.causes.since_entry).
 
     Returns a warning line (or None), the site files written, and the digest of the
     run's tests (None when they could not be read).
@@ -587,6 +603,7 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
                        passed=len(passed), passed_href=passed_page.rsplit("/", 1)[-1],
                        backend_href="../../" + backend_href,
                        reproduce=record.reproduce(), upstream=up,
+                       causes=causes.record_rows(record, logs, since),
                        generated=render.now_iso())
     page = f"{base}.html"
     _replace(root / page)
@@ -619,8 +636,9 @@ def artifacts_link(record: models.RunRecord, now: dt.datetime | None = None) -> 
 
 
 def write_run_page_in_worker(data_dir: str, rel: str, staging: str, base: str, backend_href: str,
-                             with_ops: bool = True) -> tuple[str | None, list[str], Digest | None]:
-    return write_run_page(data_dir, rel, staging, base, backend_href, with_ops, in_worker=True)
+                             with_ops: bool = True, since: dict[str, dict] | None = None
+                             ) -> tuple[str | None, list[str], Digest | None]:
+    return write_run_page(data_dir, rel, staging, base, backend_href, with_ops, in_worker=True, since=since)
 
 
 def _replace(path: Path) -> None:

@@ -67,7 +67,7 @@ LIGHT = ("id, rel, run_id, backend, device, trigger, pr, pr_head_sha, started_at
          "torch_version, torch_git, command, duration_s, pass_rate, stages, counts, slug, page, page_files, problems, "
          "bench, upstream")
 # The index is a cache of what the records say: a different layout is simply rebuilt.
-INDEX_VERSION = "7"
+INDEX_VERSION = "8"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
