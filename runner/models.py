@@ -122,7 +122,8 @@ class Cause(_Model):
     novelty: str = Field(default="new", description="new, changed (a known failure now failing differently), "
                                                     "known or upstream (fails on CPU too)")
     count: int = 0
-    tests: list[str] = Field(default_factory=list, description="its tests, the first 100 (count is exact)")
+    tests: list[str] = Field(default_factory=list,
+                             description="its tests, the first 20 (count is exact; the run's tests hold them all)")
     ops: list[str] = Field(default_factory=list)
     dtypes: list[str] = Field(default_factory=list)
     masked: list[str] = Field(default_factory=list, description="what was masked or looked through to get the text")

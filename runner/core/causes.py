@@ -28,7 +28,7 @@ from ootci.runner.core.rootcause import hint_for
 from ootci.runner.models import Cause, Outcome, RootCause, StageResult, TestResult
 
 SIGNATURE_CHARS = 160
-TESTS_KEPT = 100
+TESTS_KEPT = 20
 """test ids a cause lists in the record (its count is exact); the test list holds them all"""
 CHANGED = "known failure, now failing differently"
 """how a known failure whose cause changed begins its message (runner/suite_runs/classify.py)"""

@@ -103,6 +103,12 @@ def test_partly_red_backend_from_init_and_its_baseline_to_a_planted_regression(t
     assert "test_tensors.py::test_in_place[int64]" in baseline["smoke"]
     assert re.search(r"^    dtype int64 +\d+  smoke test_in_place, .*\babs\b", init.stdout, re.M), init.stdout[-3000:]
     known = sum(len(entries) for entries in baseline.values())
+    # ... and by cause: the crashing FFTs are one, whichever dtype; each entry keeps its cause.
+    assert re.search(r"^ +3  SIGSEGV in `fft`  \(e\.g\. integration::test_opinfo\.py::test_compare_cpu\[fft\.rfft-",
+                     init.stdout, re.M), init.stdout[-3000:]
+    assert {baseline["integration"][crash]["cause"] for crash in RFFT_CRASHES} == {"SIGSEGV in `fft`"}
+    integration_causes = {c.text: c for c in first_look.stage("integration").causes}
+    assert integration_causes["SIGSEGV in `fft`"].ops == ["fft.rfft"]
 
     # init's run verified autoload as `ootci run` does, and every suite still ran: a failure hides nothing.
     status = {s.name: s.status for s in first_look.stages[3:]}
@@ -144,3 +150,9 @@ def test_partly_red_backend_from_init_and_its_baseline_to_a_planted_regression(t
     new = [t.id for t in record.tests if t.outcome in NOT_PASSING]
     assert new == ["test_opinfo.py::test_compare_cpu[trunc-float64]"], new
     assert record.stage("integration").root_cause.culprit == new[0]
+    # By cause: the one new cause is the line the terminal reads, and the known ones stayed known
+    # (each failed with the cause its baseline entry lists, so none was re-run as new).
+    causes = record.stage("integration").causes
+    assert [(c.novelty, c.count) for c in causes if c.novelty != "known"] == [("new", 1)]
+    assert f"1 new failures in 1 cause: 1 `{causes[0].text}` (trunc; float64)" in third.stderr, third.stderr[-2000:]
+    assert "SIGSEGV in `fft`" in {c.text for c in causes if c.novelty == "known"}
