@@ -188,8 +188,23 @@ def test_function(test_id: str, device: str | None) -> str:
     return name.removesuffix("@cpu")
 
 
+_MEMO_SIZE = 20_000
+_memo: dict[tuple, Signature] = {}
+
+
 def signature(result: TestResult, device: str | None = None) -> Signature:
-    """The cause of one test that did not pass."""
+    """The cause of one test that did not pass. A known failure's is asked for more than once in
+    a run (whether to re-run it, then how to classify it, then to group it): it is computed once."""
+    key = (result.id, result.outcome, result.message, result.op, device, "" if result.message else result.log_tail)
+    found = _memo.get(key)
+    if found is None:
+        if len(_memo) >= _MEMO_SIZE:
+            _memo.clear()
+        found = _memo[key] = _signature(result, device)
+    return found
+
+
+def _signature(result: TestResult, device: str | None) -> Signature:
     WORK.signatures += 1
     masked: list[str] = []
     text, outcome = _innermost(result, masked)
