@@ -79,6 +79,9 @@ _SEQUENCE = re.compile(r"\[\s*(?:(?:N|\[…\]|\(…\))\s*,\s*)*(?:N|\[…\]|\(�
                        r"\(\s*(?:(?:N|\[…\]|\(…\))\s*,\s*)*(?:N|\[…\]|\(…\))\s*,?\s*\)")
 _SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z'\"(])")
 _SIGNAL = re.compile(r"\bSIG[A-Z]{2,7}\b")
+# ootci's OpInfo ids name the op before the dtype (`test_compare_cpu[fft.rfft-float32]`): a test
+# that crashed before it could record its op still says it there.
+_ID_OP = re.compile(r"\[([A-Za-z_][\w.]*)-[\w.]+\]$")
 _WHITESPACE = re.compile(r"\s+")
 
 
@@ -209,7 +212,9 @@ def _signature(result: TestResult, device: str | None) -> Signature:
     masked: list[str] = []
     text, outcome = _innermost(result, masked)
     if outcome in (Outcome.crashed, Outcome.timeout):
-        where = f"`{op_family(result.op)}`" if result.op else f"`{test_function(result.id, device)}`"
+        named = _ID_OP.search(result.id)
+        op = result.op or (named.group(1) if named else None)
+        where = f"`{op_family(op)}`" if op else f"`{test_function(result.id, device)}`"
         if outcome is Outcome.timeout:
             return Signature(f"timeout in {where}", ("the time it ran",))
         WORK.patterns += 1

@@ -104,11 +104,11 @@ def test_partly_red_backend_from_init_and_its_baseline_to_a_planted_regression(t
     assert re.search(r"^    dtype int64 +\d+  smoke test_in_place, .*\babs\b", init.stdout, re.M), init.stdout[-3000:]
     known = sum(len(entries) for entries in baseline.values())
     # ... and by cause: the crashing FFTs are one, whichever dtype; each entry keeps its cause.
-    assert re.search(r"^ +3  SIGSEGV in `fft`  \(e\.g\. integration::test_opinfo\.py::test_compare_cpu\[fft\.rfft-",
+    assert re.search(r"^ +\d+  SIGSEGV in `fft`  \(e\.g\. integration::test_opinfo\.py::test_compare_cpu\[fft\.rfft-",
                      init.stdout, re.M), init.stdout[-3000:]
     assert {baseline["integration"][crash]["cause"] for crash in RFFT_CRASHES} == {"SIGSEGV in `fft`"}
     integration_causes = {c.text: c for c in first_look.stage("integration").causes}
-    assert integration_causes["SIGSEGV in `fft`"].ops == ["fft.rfft"]
+    assert integration_causes["SIGSEGV in `fft`"].count == len([t for t in failing if t.outcome is Outcome.crashed])
 
     # init's run verified autoload as `ootci run` does, and every suite still ran: a failure hides nothing.
     status = {s.name: s.status for s in first_look.stages[3:]}

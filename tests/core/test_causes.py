@@ -164,6 +164,10 @@ def test_a_crash_is_its_signal_and_op_family_or_test_function_known_or_not():
                  "crashed: the test process was killed by SIGSEGV at test_autograd.py:812 in test_gradgrad",
                  outcome=Outcome.crashed)
     assert causes.cause_of(seg, "openreg") == "SIGSEGV in `test_gradgrad`"
+    # A test that crashed before it recorded its op still names it in its id.
+    early = failed("test_opinfo.py::test_compare_cpu[fft.rfft-bool]", "crashed: the test process was killed by "
+                   "SIGSEGV at test_opinfo.py:244 in test_compare_cpu", outcome=Outcome.crashed)
+    assert causes.cause_of(early, "partreg") == "SIGSEGV in `fft`"
     known = failed(seg.id, f"known failure (crashed with torch 2.13.0); it crashed: {seg.message}",
                    outcome=Outcome.xfailed)
     assert causes.cause_of(known, "openreg") == causes.cause_of(seg, "openreg")
