@@ -148,6 +148,13 @@ def test_a_baseline_then_the_second_commit_says_new_known_and_fixed_with_the_sam
     # Only the backend's failures are its baseline; what fails on CPU too is not.
     assert set(baseline["upstream"]) == {OPS + "test_device_type_is_cpu_openreg",
                                          OPS + "test_segfaults_off_cpu_openreg"}
+    crash = baseline["upstream"][OPS + "test_segfaults_off_cpu_openreg"]
+    assert crash.cause == "SIGSEGV in `test_segfaults_off_cpu`"
+    # A known failure whose cause the baseline lists otherwise than it fails tonight: a new bug
+    # hiding behind an old one (planted by hand: the test is new at the second commit).
+    with open(manifest.parent / "known-failures.toml", "a") as f:
+        f.write(f'"{OPS}test_new_at_second_commit_openreg" = {{ outcome = "failed", cause = "RuntimeError: an old '
+                f'bug", reason = "RuntimeError: an old bug" }}\n')
     env = _env_naming(torch_layer, tmp_path / "env", git_version=pytorch.second)
     done, second, tests = _upstream(env, manifest, tmp_path / "out", "--torch-repo", pytorch.url)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -157,7 +164,14 @@ def test_a_baseline_then_the_second_commit_says_new_known_and_fixed_with_the_sam
     assert set(tests) - set(first_tests) == {OPS + "test_new_at_second_commit_openreg"}
     assert tests[OPS + "test_device_type_is_cpu_openreg"].outcome is Outcome.fixed
     assert tests[OPS + "test_segfaults_off_cpu_openreg"].outcome is Outcome.xfailed
-    assert tests[OPS + "test_new_at_second_commit_openreg"].outcome is Outcome.failed
+    # The second opinion re-runs what is new: the known crash failed as listed, and is asked nothing more.
+    assert tests[OPS + "test_segfaults_off_cpu_openreg"].attempts == 1
+    changed = tests[OPS + "test_new_at_second_commit_openreg"]
+    assert changed.outcome is Outcome.failed and changed.attempts == 2
+    assert changed.message.startswith("known failure, now failing differently (listed as `RuntimeError: an old "
+                                      "bug`); it failed: ")
+    assert [(c.novelty, c.count, c.was) for c in second.stage("upstream").causes
+            if c.novelty in ("new", "changed")] == [("changed", 1, "RuntimeError: an old bug")]
     assert second.novelty()["new"] == [OPS + "test_new_at_second_commit_openreg"]
     assert set(second.novelty()["upstream"]) == {OPS + "test_numpy_went_away_openreg", fake_upstream.BROKEN_FILE}
 
