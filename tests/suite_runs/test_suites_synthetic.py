@@ -254,3 +254,39 @@ def test_a_vendor_suite_has_the_ids_pytest_gives_it_wherever_the_run_writes(tmp_
     run = runner.run(suite_runner.vendor_suite(VendorSuite(name="tests", path="tests"), repo, 0))
     assert [(r.id, r.outcome) for r in run.results] == [("tests/test_ids.py::test_one", Outcome.passed)], \
         (tmp_path / "suite.log").read_text()[-2000:]
+
+
+def test_a_known_failure_is_re_run_only_when_its_cause_changed(tmp_path):
+    """A known failure that fails with the cause its baseline entry lists is expected and costs no
+    re-run; one that fails with another cause (a new bug behind an old one) is re-run like a new
+    failure and stays a failure, saying it is known but now failing differently."""
+    import sys
+
+    from ootci.runner.manifests.known_failures import KnownFailure
+    from ootci.runner.manifests.manifest import Manifest, Source, VendorSuite
+
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "setup.py").write_text("")
+    (repo / "tests" / "test_known.py").write_text(
+        "import os\n\n"
+        "def test_same():\n    raise ValueError(f'broken at {id(object()):#x} in pid {os.getpid()}')\n\n"
+        "def test_other():\n    raise KeyError('a new bug')\n")
+    m = Manifest(name="known", device="cpu", distribution="known", import_name="json",
+                 entry_point="known = json:dumps", source=Source(path="."), retries=2)
+    m.known = {"tests": {
+        "tests/test_known.py::test_same": KnownFailure(outcome="failed", reason="ValueError: broken",
+                                                       cause="ValueError: broken at 0x? in pid N"),
+        "tests/test_known.py::test_other": KnownFailure(outcome="failed", reason="ValueError: old",
+                                                        cause="ValueError: an old bug")}}
+    runner = suite_runner.SuiteRunner(python=Path(sys.executable), manifest=m, junit_dir=tmp_path / "junit",
+                                      log=tmp_path / "suite.log", deadline=time.monotonic() + 120)
+    run = runner.run(suite_runner.vendor_suite(VendorSuite(name="tests", path="tests"), repo, 0))
+    found = {r.id.rpartition("::")[2]: r for r in run.results}
+    assert (found["test_same"].outcome, found["test_same"].attempts) == (Outcome.xfailed, 1)
+    other = found["test_other"]
+    # Re-run, failing the same way twice: deterministic, not run a third time.
+    assert (other.outcome, other.attempts) == (Outcome.failed, 2), (tmp_path / "suite.log").read_text()[-2000:]
+    assert other.message.startswith("known failure, now failing differently (listed as `ValueError: an old bug`); "
+                                    "it failed: KeyError")
+    assert run.status is Status.failed and run.retries["rerun"] == 1
