@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ootci.dashboard import site, synthetic
+from ootci.dashboard import synthetic
 from ootci.dashboard.store import safe_name
 from ootci.runner.core import causes
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, overall_status
 from ootci.runner.models import TestResult as Result
+from tests.dashboard.upstream_records import build_site
 
 DEVICE = "vdev"
 MISSING = ("NotImplementedError: Could not run 'aten::_fft_r2c' with arguments from the 'PrivateUse1' backend. "
@@ -58,15 +59,9 @@ def night_of(backend: str, night: int) -> RunRecord:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    data = tmp_path_factory.mktemp("runs")
     records = {b: [night_of(b, n) for n in range(3)] for b in ("alpha", "beta")}
-    for runs in records.values():
-        for record in runs:
-            synthetic.write_record(data, record)
     out = tmp_path_factory.mktemp("site") / "site"
-    warnings: list[str] = []
-    site.build(data, out, jobs=1, warn=warnings.append)
-    assert warnings == []
+    build_site(records, tmp_path_factory.mktemp("runs"), out)
     return out, records
 
 

@@ -28,6 +28,7 @@ from tests.dashboard.upstream_records import (
     SORT,
     UNREACHABLE,
     VIEW,
+    build_site,
     fetched,
     given_elsewhere,
     with_upstream,
@@ -104,13 +105,8 @@ def nights(tmp_path_factory):
     broken = synthetic.Scenario("rebuilt", DEVICE, red_from=0, red_stage="build", fixed_from=1)
     records["rebuilt"] = [synthetic.build_record(broken, 0), with_upstream("rebuilt", 1, fetched(1))]
     assert not records["rebuilt"][0].tests
-    for runs in records.values():
-        for record in runs:
-            synthetic.write_record(data, record)
     out = tmp_path_factory.mktemp("site") / "site"
-    warnings: list[str] = []
-    site.build(data, out, jobs=1, warn=warnings.append)
-    assert warnings == []
+    build_site(records, data, out)
     return data, out, records
 
 

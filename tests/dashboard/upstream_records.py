@@ -110,3 +110,16 @@ def with_upstream(name: str, night: int, source: UpstreamTests | None, tests: li
     record.stages.append(stage)
     record.status = overall_status(record.stages)
     return record
+
+
+def build_site(records: dict[str, list[RunRecord]], data: Path, out: Path) -> None:
+    """Lay the records out under data as `ootci run` does and build the site from them into out,
+    with no warning."""
+    from ootci.dashboard import site
+
+    for runs in records.values():
+        for record in runs:
+            synthetic.write_record(data, record)
+    warnings: list[str] = []
+    site.build(data, out, jobs=1, warn=warnings.append)
+    assert warnings == []
