@@ -88,3 +88,30 @@ def test_terminal_progress_never_shows_pytests_raw_verdict():
     assert "pytest finished; classifying the results" in text
     assert "2 failed" not in text and "FAILED" not in text
     assert text.rstrip().endswith("integration: 3680 passed, 57 skipped, 2 xfailed")
+
+
+def test_the_run_line_names_the_new_failures_by_cause_largest_first_and_the_root_cause_is_the_largest():
+    from ootci.runner.core import causes
+    from ootci.runner.models import Outcome
+    from ootci.runner.models import TestResult as Result
+
+    tolist = "NotImplementedError: .tolist() is not supported for tensor subclasses."
+    tests = [Result(id=f"test_a.py::test_tolist_{i}", suite="upstream", outcome=Outcome.failed, op=f"op{i % 4}",
+                    dtype="float32", message=f"AssertionError: sample {i} (Tensor[{i}, 2]): raised on pyreg but "
+                                             f"not on CPU: {tolist}") for i in range(18)]
+    tests += [Result(id=f"test_b.py::test_out_{i}", suite="upstream", outcome=Outcome.failed, op="add",
+                     message=f"RuntimeError: out= result has the wrong shape [{i}, 3], expected [{i + 1}, 3]")
+              for i in range(14)]
+    tests += [Result(id="test_c.py::test_known", suite="upstream", outcome=Outcome.xfailed, message="known failure "
+                     "(failed with torch 2.13.0); it failed: RuntimeError: data pointer of a tensor without storage")]
+    stage = StageResult(name="upstream", status=Status.failed,
+                        root_cause=RootCause(kind="test", summary="failed: test_b.py::test_out_0: ..."))
+    causes.attach(stage, tests, "pyreg")
+    record = RunRecord(run_id="r", backend="pyreg", device="pyreg", torch=TorchInfo(spec="2.13.0"),
+                       started_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), stages=[stage], tests=tests)
+    out = io.StringIO()
+    Reporter(out, github=False, interactive=False).run_finished(record, "out/record.json")
+    assert ("32 new failures in 2 causes: 18 `NotImplementedError: .tolist() is not supported for tensor "
+            "subclasses.` (op0, op1, op2 +1; float32); 14 `RuntimeError: out= result has the wrong shape […], "
+            "expected […]` (add); 1 known failures failed as expected") in out.getvalue()
+    assert stage.root_cause.summary.startswith(f"{tolist} (18 of 32 new failures, e.g. test_a.py::test_tolist_0)")
