@@ -222,6 +222,8 @@ def test_tiny_suites_sharded_and_merged_equal_the_unsharded_run(tmp_path):
     assert stage.counts == whole_stage.counts == {"failed": 1, "passed": 14}
     assert stage.status is Status.failed and merged.status is Status.failed
     assert stage.root_cause.culprit.endswith("check_many.py::test_many[7]")
+    # The merge groups the shards' failures by cause again, over all of them.
+    assert [(c.novelty, c.count, c.text) for c in stage.causes] == [("new", 1, "AssertionError: seven fails")]
     assert {s: d["counts"] for s, d in stage.data["suites"].items()} == \
         {s: d["counts"] for s, d in whole_stage.data["suites"].items()}
     assert [s["shard"] for s in stage.data["shards"]] == ["1/3", "2/3", "3/3"]
