@@ -62,6 +62,9 @@ def test_expect_writes_the_baseline_names_it_in_the_manifest_and_the_run_then_cl
     assert done.returncode == 0, done.stderr
     baseline_file = vendor / "ci" / "known-failures.toml"
     assert f"{baseline_file}: 3 known failures (3 added, 0 removed)" in done.stdout
+    # What it recorded, by cause: one line a cause, with an example test.
+    assert ("by cause (3 causes; tests, cause):\n"
+            "  1  No module named 'psutil'  (e.g. own::tests/test_mem.py::test_stats)\n") in done.stdout, done.stdout
     text = baseline_file.read_text()
     # One line a test, sorted by suite and id: a pull request's diff shows each test.
     body = [line for line in text.splitlines() if line and not line.startswith("#")]
@@ -71,7 +74,7 @@ def test_expect_writes_the_baseline_names_it_in_the_manifest_and_the_run_then_cl
         'cause = "RuntimeError: abs is only implemented", '
         'reason = "RuntimeError: abs is only implemented for floating dtypes" }',
         '"test_opinfo.py::test_compare_cpu[fft.fft-float32]" = { outcome = "crashed", torch = "2.13.0+cpu", '
-        'cause = "SIGSEGV in `test_compare_cpu`", reason = "crashed: SIGSEGV" }',
+        'cause = "SIGSEGV in `fft`", reason = "crashed: SIGSEGV" }',
         "[own]",
         '"tests/test_mem.py::test_stats" = '
         '{ outcome = "error", torch = "2.13.0+cpu", cause = "No module named \'psutil\'", '
