@@ -383,6 +383,9 @@ class Predicate(_Model):
                                         description="suite -> test ids that passed in the good run and failed in "
                                                     "the bad one")
     cause: str = Field(default="", description="the bad run's root cause, for people")
+    failure_cause: str | None = Field(default=None, description="the cause (runner/core/causes.py) the bisection looks "
+                                      "for: the bad run's largest new one; `tests` are its tests, and a step is bad "
+                                      "when one of them fails with it. None: any failure of `tests`")
     measurement: str | None = Field(default=None, description="a bench measurement that got slower: a step is bad when "
                                     "its rounds lie nearer the bad run's than the good run's (stage is then bench)")
     good_ratios: list[float] = Field(default_factory=list, description="the good run's device/CPU ratio per round")

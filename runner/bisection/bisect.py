@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ootci.runner.bisection import bisect_candidates, bisect_search, slowdown
-from ootci.runner.core import atomic
+from ootci.runner.core import atomic, causes
 from ootci.runner.core.errors import BisectError, GitError, TorchSpecError, UsageError
 from ootci.runner.core.git import git
 from ootci.runner.manifests.manifest import Manifest
@@ -168,7 +168,9 @@ def _backend_identity(record: RunRecord) -> str:
 
 
 def derive_predicate(good: RunRecord, bad: RunRecord) -> Predicate:
-    """What made the bad run bad: its first failing stage, and the tests of it that passed in the good run."""
+    """What made the bad run bad: its first failing stage, and the tests of it that passed in the good run;
+    where the stage grouped its failures by cause, those of its largest new cause (the target is the cause:
+    another break among the candidates is not this one)."""
     failing = next((s for s in bad.stages if s.status in (Status.failed, Status.crashed, Status.timeout)), None)
     if failing is None:
         raise BisectError(f"the bad run {bad.run_id} did not fail ({bad.status.value}): nothing to look for")
@@ -184,6 +186,13 @@ def derive_predicate(good: RunRecord, bad: RunRecord) -> Predicate:
         for t in bad.tests:
             if not t.outcome.ok and (t.suite, t.id) in passed:
                 tests.setdefault(t.suite, []).append(t.id)
+    target = next((c.text for c in failing.causes if c.novelty in ("new", "changed")), None)
+    if target is not None and tests:
+        red = {(t.suite, t.id) for t in bad.tests if causes.cause_of(t, bad.device) == target}
+        mine = {suite: [i for i in ids if (suite, i) in red] for suite, ids in tests.items()}
+        if any(mine.values()):
+            return Predicate(stage=stage, tests={s: ids for s, ids in mine.items() if ids}, cause=bad.first_problem(),
+                             failure_cause=target)
     return Predicate(stage=stage, tests=tests, cause=bad.first_problem())
 
 
@@ -218,6 +227,14 @@ def judge(record: RunRecord, predicate: Predicate) -> tuple[Verdict, str, str | 
         wanted = [(suite, i) for suite, ids in predicate.tests.items() for i in ids]
         found = [ran[w] for w in wanted if w in ran]
         failing = [t for t in found if not t.outcome.ok]
+        if predicate.failure_cause is not None:
+            elsewise = [t for t in failing if causes.cause_of(t, record.device) != predicate.failure_cause]
+            failing = [t for t in failing if t not in elsewise]
+            if elsewise and not failing:
+                first = elsewise[0]
+                return (Verdict.skip, _line(f"{len(elsewise)} of {len(wanted)} failing, but not with the cause "
+                                            f"looked for ({predicate.failure_cause}): {first.id}: "
+                                            f"{causes.cause_of(first, record.device)}"), predicate.stage)
         if failing:
             first = failing[0]
             message = (first.message.strip().splitlines() or [""])[0]

@@ -440,3 +440,27 @@ def test_history_merge_keeps_the_bisection_with_more_steps(tmp_path):
     # The step's run is part of the bisection: merging runs does not take it as a run of the history.
     from ootci.runner.records.record_files import find_runs
     assert find_runs(history) == []
+
+
+def test_the_target_is_the_bad_runs_largest_new_cause_not_any_failure_of_its_tests():
+    from ootci.runner.core import causes
+
+    good = record("g", GREEN, {f"t::{n}": Outcome.passed for n in ("a1", "a2", "a3", "b")})
+    bad = record("b", {**GREEN, "smoke": Status.failed}, {f"t::{n}": Outcome.failed for n in ("a1", "a2", "a3", "b")})
+    for t in bad.tests:
+        t.message = "RuntimeError: mul computed as add" if t.id != "t::b" else "KeyError: 'b'"
+    causes.attach(bad.stage("smoke"), bad.tests, bad.device)
+    predicate = bisect.derive_predicate(good, bad)
+    assert predicate.failure_cause == "RuntimeError: mul computed as add"
+    assert predicate.tests == {"smoke": ["t::a1", "t::a2", "t::a3"]}
+
+    def step(message: str) -> RunRecord:
+        r = record("s", {**GREEN, "smoke": Status.failed}, {"t::a1": Outcome.failed})
+        r.tests[0].message = message
+        return r
+
+    assert bisect.judge(step("RuntimeError: mul computed as add"), predicate)[0] is V.bad
+    # Failing otherwise at a candidate says nothing of this cause: neither bad nor good.
+    verdict, reason, _ = bisect.judge(step("ImportError: libfoo.so"), predicate)
+    assert verdict is V.skip and "not with the cause looked for (RuntimeError: mul computed as add)" in reason
+    assert bisect.judge(record("s", GREEN, {"t::a1": Outcome.passed}), predicate)[0] is V.good
