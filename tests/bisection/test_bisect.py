@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ootci.runner.core import causes
 from ootci.runner.models import BisectRecord, Status, Verdict
 from ootci.runner.records import record_files
 from tests.support import bisect_repo
@@ -83,13 +84,16 @@ def test_a_step_runs_only_the_stage_that_failed_and_only_the_tests_that_turned_r
     predicate = record.predicate
     assert predicate.stage == "smoke"
     turned = {t.id for t in bad.tests if not t.outcome.ok} & {t.id for t in good.tests if t.outcome.value == "passed"}
-    assert set(predicate.tests["smoke"]) == turned and 0 < len(turned) < len(good.tests)
+    # The target is the bad run's largest new cause: the tests that turned red with it.
+    assert predicate.failure_cause == next(c.text for c in bad.stage("smoke").causes if c.novelty == "new")
+    target = {t.id for t in bad.tests if t.id in turned and causes.cause_of(t, bad.device) == predicate.failure_cause}
+    assert set(predicate.tests["smoke"]) == target and 0 < len(target) <= len(turned) < len(good.tests)
     for step in record.rounds[0].steps:
         run = record_files.read(bisected["dir"] / "steps" / step.run_id / "record.json")
         assert run.stage("integration").status in (Status.skipped, Status.blocked)
         assert {t.suite for t in run.tests} <= {"smoke"}
         if step.verdict is not Verdict.skip:
-            assert {t.id for t in run.tests} == turned, step
+            assert {t.id for t in run.tests} == target, step
             assert (bisected["dir"] / step.log).is_file()
             # Judging smoke, a step verifies only what would block it: one interpreter importing torch.
             verified = {c.name: c.status for c in run.stage("autoload").checks}
