@@ -238,7 +238,8 @@ class UpstreamRunner:
         collect on CPU either."""
         failing = {f: [r.id for r in run.results if _failing(r) and r.id != f and not self._known_alike(r)]
                    for f, run in on_device.items()}
-        not_collected = [f for f, run in on_device.items() if any(r.id == f and _failing(r) for r in run.results)]
+        not_collected = [f for f, run in on_device.items()
+                         if any(r.id == f and _failing(r) and not self._known_alike(r) for r in run.results)]
         ids = [i for ids in failing.values() for i in ids]
         files = [f for f, ids in failing.items() if ids]
         runs: dict[str, tuple[SuiteSpec, list[str]]] = {}
