@@ -42,14 +42,12 @@ def record_rows(record: RunRecord, logs: dict[str, str], since: dict[str, dict] 
 
 
 def run_rows(run: Run, since: dict[str, analysis.CauseSince], paged: set[int], root: str = "../") -> list[dict]:
-    """The backend page's rows for its latest run, from the index (an example test each; the run
-    page lists them all)."""
-    base = render.run_base(run)
+    """The backend page's rows for its latest run, from the index (an example test each, linked to
+    the run page's table, which lists them all and links each stage's log)."""
     rows = []
     for c in analysis.run_causes(run):
         rows.append({**c, "label": NOVELTY_LABEL.get(c["novelty"], c["novelty"]), "tests": None, "more": 0,
-                     "log_href": root + render.log_name(base, c["stage"]) if run.id in paged else None,
-                     "run_href": root + render.run_href(run) if run.id in paged else None,
+                     "run_href": root + render.run_href(run) + "#causes" if run.id in paged else None,
                      **since_entry(since.get(c["text"]), root, paged)})
     return _ordered(rows)
 

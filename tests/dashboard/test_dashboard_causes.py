@@ -105,6 +105,9 @@ def test_the_backend_page_shows_its_latest_causes_and_the_api_lists_them(built):
     out, records = built
     page = (out / "backends" / "alpha.html").read_text()
     found = rows(causes_box(page))
+    # Each example leads to the latest run's table, which lists every test and links the logs.
+    latest = records["alpha"][-1]
+    assert causes_box(page).count(f'href="../runs/alpha/{safe_name(latest.run_id)}.html#causes"') == 3
     assert [r.split(" ", 2)[:2] for r in found] == [["12", "new"], ["3", "new"], ["1", "known"]]
     assert records["alpha"][1].started_at.strftime("%Y-%m-%d") in found[0]
     # The known failure has failed since the first night: no night before it, so no culprit range.
