@@ -203,7 +203,7 @@ def _check_options(args: argparse.Namespace) -> str | None:
     if args.attempts < 1 or args.backoff < 0 or args.timeout <= 0:
         raise UsageError("--attempts must be at least 1, --backoff at least 0 and --timeout more than 0")
     url = (args.url or os.environ.get(relay.CALLBACK_URL_ENV, "")).strip()
-    return url or None
+    return relay.check_url(url, "callback URL") if url else None
 
 
 def _sender(args: argparse.Namespace, url: str) -> relay.Sender:
@@ -258,21 +258,23 @@ def _report(args: argparse.Namespace) -> int:
                                        check_run_id=args.check_run_id)
     if torch_instead:
         workflow = relay.not_the_prs_torch(workflow, torch_instead)
-    expected = _names(args.jobs) or [workflow.job_name]
+    named = _names(args.jobs)
     subject = f"PR #{dispatch.pr}" if dispatch.pr is not None else f"delivery {dispatch.delivery_id}"
     extra = f"; torch {torch_instead} ran, not the PR's build" if torch_instead else ""
     stand_in = {"schema": "ootci/1", "torch_instead_of_pr": torch_instead} if torch_instead else None
     page_url = (args.page_url or "")[:500] or None
+    # The jobs an in_progress of this attempt opened: those named, else the one job of --job-name.
+    opened = set() if args.in_progress_first else set(named or [workflow.job_name])
 
     if args.status == "in_progress":
         callbacks = [relay.Callback(relay.callback_body(dispatch.envelope, "in_progress", None, workflow.for_job(name),
                                                         extras=relay.Extras(test_results=stand_in)))
-                     for name in expected]
+                     for name in named or [workflow.job_name]]
     elif args.records is None:
-        callbacks = [relay.Callback(relay.callback_body(
-            dispatch.envelope, "completed", args.conclusion, workflow.for_job(name),
-            extras=relay.Extras(test_results=stand_in, artifact_url=page_url or workflow.url)))
-            for name in expected]
+        bodies = [relay.callback_body(dispatch.envelope, "completed", args.conclusion, workflow.for_job(name),
+                                      extras=relay.Extras(test_results=stand_in, artifact_url=page_url or workflow.url))
+                  for name in named or [workflow.job_name]]
+        callbacks = relay.plan_completed(bodies, opened)
     else:
         records, rejected = relay.read_records(args.records, with_tests=True)
         if rejected:
@@ -281,11 +283,12 @@ def _report(args: argparse.Namespace) -> int:
             records = [r for r in records if r.pr in (None, dispatch.pr)]
         baseline = relay.read_records(args.baseline)[0] if args.baseline else None
         nightlies = relay.latest_nightlies(baseline or [])
+        # Every job named is closed, one that left no record as lost; without names, the records' jobs.
         bodies = [relay.completed(dispatch.envelope, workflow, job, conclusion=args.conclusion,
                                   nightly=nightlies.get(job.name), baseline=baseline, page_url=page_url,
                                   torch_instead=torch_instead, with_verdict=not args.no_verdict)
-                  for job in relay.jobs_of(records, expected)]
-        callbacks = relay.plan_completed(bodies, set() if args.in_progress_first else set(expected))
+                  for job in relay.jobs_of(records, named)]
+        callbacks = relay.plan_completed(bodies, opened)
     _send_all(_sender(args, url), callbacks, subject, extra)
     return 0
 

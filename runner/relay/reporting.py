@@ -116,6 +116,12 @@ class Sender:
 
 def plan_completed(bodies: list[dict[str, Any]], opened: Collection[str] | None) -> list[Callback]:
     """The completed callbacks, each opened first unless an in_progress of this attempt opened
-    its job (`opened`; None: every job was opened)."""
-    return [Callback(body, open_first=opened is not None and body["workflow"]["job_name"] not in opened)
-            for body in bodies]
+    its job (`opened`; None: every job was opened). A job that was opened keeps the start its
+    in_progress gave HUD: its completed says none, as the relay's own reporter's does."""
+    callbacks = []
+    for body in bodies:
+        first = opened is not None and body["workflow"]["job_name"] not in opened
+        if not first:
+            body["workflow"]["started_at"] = None
+        callbacks.append(Callback(body, open_first=first))
+    return callbacks
