@@ -78,13 +78,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     ng.add_argument("--manifest", type=Path, action="append", metavar="PATH",
                     help="a vendor's backend.toml whose [ci] relay decides (repeatable); default: the registry")
     ng.add_argument("--event-type", default="nightly", choices=relay.NIGHTLY_EVENT_TYPES)
+    ng.add_argument("--trigger", metavar="TRIGGER",
+                    help="report only records of this trigger (nightly, or manual for a run by hand), as publish "
+                         "takes them")
     _common(ng)
     ng.set_defaults(func=cmd_nightly)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--page-url", metavar="URL",
-                   help="the run's page on the status site: each job's artifact_url (default: the workflow run)")
+                   help="report: the run's page on the status site, each job's artifact_url; nightly: the status "
+                        "site, each job's artifact_url its backend's page there (default: the workflow run)")
     p.add_argument("--no-verdict", action="store_true",
                    help="send no triage_verdict (for a relay that does not take one)")
     p.add_argument("--url", metavar="URL", help=f"the relay's callback URL (default: ${relay.CALLBACK_URL_ENV}; "
@@ -329,10 +333,16 @@ def _nightly(args: argparse.Namespace) -> int:
     records, rejected = relay.read_records(args.records, with_tests=True)
     if rejected:
         print(f"ootci relay: {rejected} record(s) under {args.records} do not load: left out", file=sys.stderr)
+    if args.trigger:
+        for r in records:
+            if r.trigger != args.trigger:
+                _say(f"ootci relay: {r.backend}: run {r.run_id} not reported: its trigger is {r.trigger!r}, "
+                     f"this run's is {args.trigger!r}")
+        records = [r for r in records if r.trigger == args.trigger]
     wanted = _opted_in(args)
     workflow = relay.Workflow.from_env(name=args.workflow_name, job_name=args.job_name,
                                        check_run_id=args.check_run_id)
-    page_url = (args.page_url or "")[:500] or None
+    site = (args.page_url or "")[:400].rstrip("/")
     callbacks: list[relay.Callback] = []
     for job in relay.jobs_of(records):
         if wanted is not None and job.name not in wanted:
@@ -343,6 +353,7 @@ def _nightly(args: argparse.Namespace) -> int:
             _say(f"ootci relay: {job.name}: not reported: {how}")
             continue
         envelope = relay.nightly_envelope(commit, args.event_type)
+        page_url = f"{site}/backends/{job.name}.html" if site else None  # the backend's page on the status site
         callbacks.append(relay.Callback(relay.completed(envelope, workflow, job, page_url=page_url,
                                                         with_verdict=not args.no_verdict)))
     if not callbacks:

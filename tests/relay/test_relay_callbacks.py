@@ -197,7 +197,8 @@ def test_a_nightly_reports_one_completed_per_backend_under_the_torch_commit(tmp_
     write(records, record("local", results_of("local", {Outcome.passed: 2}), trigger="nightly", git_version="Unknown",
                           version="2.14.0a0+gitunknown"))
     env = actions_env(tmp_path, fake)
-    done = ootci_relay("nightly", records, "--all", "--page-url", "https://ootci.github.io/ootci/", env=env)
+    done = ootci_relay("nightly", records, "--all", "--page-url", "https://ootci.github.io/ootci/", "--trigger",
+                       "nightly", env=env)
     assert done.returncode == 0, done.stderr
     assert fake.accepted == fake.received and len(fake.received) == 2
     for body in fake.received:
@@ -207,6 +208,7 @@ def test_a_nightly_reports_one_completed_per_backend_under_the_torch_commit(tmp_
         assert report["status"] == "completed"
         assert (report["started_at"], report["completed_at"]) == ("2026-11-23T03:17:00Z", "2026-11-23T03:59:00Z")
         assert report["test_results"]["total"] == held[report["job_name"]]
+        assert report["artifact_url"] == f"https://ootci.github.io/ootci/backends/{report['job_name']}.html"
     assert fake.check_runs == []  # a nightly creates none
     assert {row["pytorch_head_sha"] for row in fake.hud.values()} == {TORCH_COMMIT}
     assert all(row["started_at"] for row in fake.hud.values())
