@@ -20,8 +20,8 @@ from ootci.runner.models import NOVELTY, Outcome, TestResult
 MAX_ENTRIES = 1000
 MESSAGE_CHARS = 1024
 STACKTRACE_CHARS = 4096
-_CUTS = ((MESSAGE_CHARS, STACKTRACE_CHARS), (MESSAGE_CHARS, 2048), (MESSAGE_CHARS, 1024), (512, 512), (512, 128),
-         (256, 0), (128, 0))
+_CUTS = ((MESSAGE_CHARS, STACKTRACE_CHARS), (MESSAGE_CHARS, 2048), (MESSAGE_CHARS, 1024), (MESSAGE_CHARS, 768),
+         (MESSAGE_CHARS, 512), (512, 512), (512, 256), (256, 128), (256, 0), (128, 0))
 """(message, stacktrace) characters per entry, tried in turn until the entries fit"""
 
 NEW, OLD, KNOWN, UPSTREAM, FLAKY = range(5)

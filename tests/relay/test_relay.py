@@ -563,7 +563,7 @@ def test_a_rerun_of_the_reporting_job_alone_opens_its_attempt_first(tmp_path, re
 
 def test_an_in_progress_first_the_relay_refuses_fails_the_report_and_says_what_the_relay_answered(tmp_path,
                                                                                                  relay_server):
-    """The relay refuses a second in_progress (at L3 after touching the PR's check run): never
+    """The relay refuses a second in_progress (before any check run or HUD row): never
     sent on a guess, and a refusal is never taken as fine. The completed is then not sent."""
     env = {**actions_env(tmp_path, OOTCI_RELAY_JOB_NAME="ootci"), **relay_server.env()}
     event = FIXTURES / "opened.json"
