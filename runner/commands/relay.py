@@ -78,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ng.add_argument("--manifest", type=Path, action="append", metavar="PATH",
                     help="a vendor's backend.toml whose [ci] relay decides (repeatable); default: the registry")
     ng.add_argument("--event-type", default="nightly", choices=relay.NIGHTLY_EVENT_TYPES)
+    ng.add_argument("--matrix", metavar="JSON",
+                    help="the run's matrix (ootci matrix): only the backends it ran are reported")
     ng.add_argument("--trigger", metavar="TRIGGER",
                     help="report only records of this trigger (nightly, or manual for a run by hand), as publish "
                          "takes them")
@@ -317,6 +319,16 @@ def resolve_release(version: str) -> str | None:
     return found.get(f"refs/tags/{tag}^{{}}") or found.get(f"refs/tags/{tag}")
 
 
+def _matrix_names(text: str) -> set[str]:
+    """The backend names of a matrix as `ootci matrix` prints it ({"include": [{"name": ...}]})."""
+    try:
+        entries = json.loads(text).get("include")
+        names = {e["name"] for e in entries}
+    except (ValueError, AttributeError, TypeError, KeyError):
+        raise UsageError(f"--matrix: expected the JSON of `ootci matrix`, got {text[:60]!r}") from None
+    return {str(n) for n in names}
+
+
 def _opted_in(args: argparse.Namespace) -> set[str] | None:
     """The backends whose manifest asks for the relay; None: every backend (--all)."""
     if args.all:
@@ -339,6 +351,12 @@ def _nightly(args: argparse.Namespace) -> int:
                 _say(f"ootci relay: {r.backend}: run {r.run_id} not reported: its trigger is {r.trigger!r}, "
                      f"this run's is {args.trigger!r}")
         records = [r for r in records if r.trigger == args.trigger]
+    if args.matrix is not None:
+        ran = _matrix_names(args.matrix)
+        for r in records:
+            if r.backend not in ran:
+                _say(f"ootci relay: {r.backend}: run {r.run_id} not reported: this run's matrix has no such backend")
+        records = [r for r in records if r.backend in ran]
     wanted = _opted_in(args)
     workflow = relay.Workflow.from_env(name=args.workflow_name, job_name=args.job_name,
                                        check_run_id=args.check_run_id)

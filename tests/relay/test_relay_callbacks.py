@@ -197,8 +197,10 @@ def test_a_nightly_reports_one_completed_per_backend_under_the_torch_commit(tmp_
     write(records, record("local", results_of("local", {Outcome.passed: 2}), trigger="nightly", git_version="Unknown",
                           version="2.14.0a0+gitunknown"))
     env = actions_env(tmp_path, fake)
+    write(records, record("stranger", results_of("stranger", {Outcome.passed: 1}), trigger="nightly"))
+    matrix = json.dumps({"include": [{"name": n} for n in ("openreg", "sharded", "local")]})
     done = ootci_relay("nightly", records, "--all", "--page-url", "https://ootci.github.io/ootci/", "--trigger",
-                       "nightly", env=env)
+                       "nightly", "--matrix", matrix, env=env)
     assert done.returncode == 0, done.stderr
     assert fake.accepted == fake.received and len(fake.received) == 2
     for body in fake.received:
@@ -212,6 +214,7 @@ def test_a_nightly_reports_one_completed_per_backend_under_the_torch_commit(tmp_
     assert fake.check_runs == []  # a nightly creates none
     assert {row["pytorch_head_sha"] for row in fake.hud.values()} == {TORCH_COMMIT}
     assert all(row["started_at"] for row in fake.hud.values())
+    assert "ootci relay: stranger: run stranger-all not reported: this run's matrix has no such backend" in done.stdout
     # The local build names no commit: nothing is sent for it, and one line says why.
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("ootci relay: local:")]
     assert line.startswith("ootci relay: local: not reported: torch 2.14.0a0+gitunknown names no pytorch/pytorch "
