@@ -53,6 +53,9 @@ def triage(job: Job, failing_in_nightly: Collection[str] = (), log_url: str | No
 
     if job.lost:
         return _verdict("infra", "high", f"{job.name}: " + "; ".join(job.lost[:3]), [])
+    gone = next((r for r in job.records if r.status is Status.missing), None)
+    if gone is not None:  # its job left nothing: the record says so (ootci history fill-missing)
+        return _verdict("infra", "high", f"{job.name}: {gone.missing_reason}"[:SUMMARY_CHARS], [])
     cut_short = [r.interrupted for r in job.records if r.interrupted]
     if cut_short:
         return _verdict("infra", "medium", f"{job.name}: the run was cut short ({cut_short[0]})", [])

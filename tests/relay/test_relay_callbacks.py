@@ -335,6 +335,8 @@ def test_a_lost_shard_is_infra_and_a_failure_the_nightly_had_is_the_backends_wit
     known = {t.id for t in old.tests}
     assert (verdict.triage(old, known)["category"], verdict.triage(old, known)["confidence"]) == ("backend", "medium")
     assert verdict.triage(job_of(results_of("openreg", {Outcome.passed: 3}))) is None
+    missing = job_of([], status=Status.missing, stages=[StageResult(name="integration", status=Status.missing)])
+    assert verdict.triage(missing)["category"] == "infra"
 
 
 @pytest.mark.parametrize("change", [
