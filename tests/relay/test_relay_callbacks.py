@@ -382,3 +382,18 @@ def test_a_run_of_100000_tests_with_5000_failures_fits_in_2_mb_with_the_backends
     assert [e["outcome"] for e in entries] == ["failed"] * 1000  # the backend's 1,250 come first
     assert all(len(e["message"]) <= 1024 and len(e["stacktrace"]) <= 4096 for e in entries)
     assert body["workflow"]["test_results"]["total"] == 100_000
+
+
+def test_a_releases_tag_is_resolved_to_its_commit_in_pytorchs_repository(tmp_path, monkeypatch):
+    from ootci.runner.commands.relay import resolve_release
+
+    repo = tmp_path / "pytorch"
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "release"], check=True)
+    subprocess.run([*git, "tag", "-a", "v2.13.0", "-m", "v2.13.0"], check=True)  # annotated: peeled to the commit
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    monkeypatch.setenv("OOTCI_TORCH_REPO", str(repo))
+    assert resolve_release("2.13.0+cpu") == resolve_release("2.13.0") == commit
+    assert resolve_release("2.14.0") is None  # no such tag
+    assert resolve_release("2.14.0a0+gitunknown") is None  # no release: no tag to look for
