@@ -97,6 +97,8 @@ class Tried(Generic[T]):
     value: T
     attempts: int
     may_have_landed: bool
+    earlier: str = ""
+    """what the last try before the answer got (a 5xx, no answer), '' when the first try answered"""
 
 
 def retrying(attempt: Callable[[], T], *, retry: Retry, sleep: Callable[[float], None] = time.sleep) -> Tried[T]:
@@ -105,10 +107,11 @@ def retrying(attempt: Callable[[], T], *, retry: Retry, sleep: Callable[[float],
     attempts = max(1, retry.attempts)
     may_have_landed = False
     cause: Exception
+    last = ""
     for number in range(1, attempts + 1):
         retry_after = None
         try:
-            return Tried(attempt(), number, may_have_landed)
+            return Tried(attempt(), number, may_have_landed, last)
         except TryAgain as again:
             last, cause, retry_after = again.reason, again, again.retry_after
             may_have_landed = may_have_landed or again.response.status_code >= 500

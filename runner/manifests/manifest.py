@@ -144,6 +144,9 @@ class CI(_Strict):
         description="run on PyTorch pull requests (`ootci relay plan`); unset: yes, unless the backend is a "
         "prebuilt package pinned to one torch (`==` in source.requirement), which a PR's torch cannot be",
     )
+    relay: bool = Field(
+        default=False, description="report this backend's nightly results to PyTorch's relay (`ootci relay nightly`, "
+        "RFC-0056): PyTorch must have enrolled the repository for nightly results")
 
     @property
     def container_spec(self) -> Container | None:

@@ -26,11 +26,13 @@ import pytest
 from ootci.runner import relay
 from ootci.runner.commands.registry import matrix_entries
 from ootci.runner.core.errors import RelayError, UsageError
+from ootci.runner.core.http import Retry
 from ootci.runner.manifests import registry
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result  # not "Test*": pytest would collect it
 from ootci.runner.records import record_files
+from ootci.runner.relay import results as relay_results
 from tests.support.fake_relay import AUDIENCE, FakeRelay
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "relay"
@@ -347,9 +349,9 @@ def test_plan_writes_the_job_outputs_and_the_matrix_of_ootci_matrix(tmp_path):
         {"include": matrix_entries([registry.resolve(n) for n in takes_prs()], None)}, separators=(",", ":"))
     assert outputs == {"action": "run", "pr": "167123", "head_sha": HEAD,
                        "base_sha": "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678",
-                       "delivery_id": "8b1d2e30-c8b4-11f0-9a1c-2f5e7d3b4a61"}
+                       "delivery_id": "8b1d2e30-c8b4-11f0-9a1c-2f5e7d3b4a61", "jobs": ",".join(takes_prs())}
     printed = json.loads(result.stdout)
-    assert printed["action"] == "run" and printed["backends"] == takes_prs()
+    assert printed["action"] == "run" and printed["backends"] == takes_prs() == printed["jobs"]
     assert "ootci relay plan: ascend-npu left out: prebuilt torch-npu==2.13.0" in result.stderr
 
 
@@ -374,7 +376,7 @@ def test_hostile_titles_branches_and_labels_never_reach_any_output(tmp_path):
     written = (tmp_path / "github-output").read_text()
     lines = written.splitlines()
     assert [line.split("=", 1)[0] for line in lines] == ["action", "pr", "head_sha", "base_sha", "delivery_id",
-                                                         "matrix"]
+                                                         "matrix", "jobs"]
     assert lines[0] == "action=run" and lines[1] == "pr=167123"
     for text in (written, result.stdout, result.stderr):
         for fragment in HOSTILE:
@@ -385,7 +387,7 @@ def test_hostile_titles_branches_and_labels_never_reach_any_output(tmp_path):
 # -- test results ------------------------------------------------------------------
 
 
-def test_test_results_name_failures_that_are_new_since_the_latest_nightly(tmp_path):
+def test_test_results_count_failures_new_since_the_latest_nightly(tmp_path):
     runs, history = tmp_path / "runs", tmp_path / "history"
     write_run(runs, "openreg-pr", failing=("integration::test_a", "integration::test_new"))
     write_run(history, "openreg-n1", trigger="nightly", pr=None, failing=("integration::test_new",),
@@ -394,17 +396,15 @@ def test_test_results_name_failures_that_are_new_since_the_latest_nightly(tmp_pa
               started=STARTED - dt.timedelta(days=1))
     write_run(history, "openreg-other-pr", trigger="pr", pr=5, failing=(), started=STARTED - dt.timedelta(hours=1))
     records, rejected = relay.read_records(runs)
-    summary = relay.summarize(records, page_url="https://ootci.github.io/ootci/#pr-167123",
-                              baseline=relay.read_records(history)[0])
-    assert rejected == 0
-    assert {k: summary[k] for k in ("passed", "failed", "skipped", "conclusion")} == \
-        {"passed": 3, "failed": 2, "skipped": 0, "conclusion": "failure"}
-    [entry] = summary["backends"]
-    assert entry["failing_tests"] == ["integration::test_a", "integration::test_new"]
-    assert (entry["baseline"], entry["new_failures"], entry["new_failing_tests"]) == \
-        ("openreg-n2", 1, ["integration::test_new"])
-    assert entry["problem"] == "integration: 2 tests failed"
-    assert summary["page_url"] == "https://ootci.github.io/ootci/#pr-167123"
+    nightly = relay.latest_nightlies(relay.read_records(history)[0])["openreg"]
+    [job] = relay.jobs_of(records)
+    results = relay_results.test_results(job, nightly=nightly, page_url="https://ootci.github.io/ootci/#pr-167123")
+    assert rejected == 0 and nightly.run_id == "openreg-n2"
+    assert {k: results[k] for k in ("passed", "failed", "skipped", "total", "conclusion")} == \
+        {"passed": 3, "failed": 2, "skipped": 0, "total": 5, "conclusion": "failure"}
+    assert (results["baseline"], results["new_failures"], results["new"]) == ("openreg-n2", 1, 2)
+    assert results["problem"] == "integration: 2 tests failed"
+    assert results["page_url"] == "https://ootci.github.io/ootci/#pr-167123"
 
 
 NIGHTLY_COUNTS = [(18_400, 1.1e8), (18_410, 1.1001e8), (18_395, 1.1e8), (18_405, 1.0999e8), (18_400, 1.1e8)]
@@ -427,7 +427,8 @@ def test_a_pr_runs_count_is_slower_when_it_steps_above_the_nightlies(tmp_path, p
               started=STARTED + dt.timedelta(hours=1))
     write_run(history, "other-n", backend="other", trigger="nightly", pr=None, bench={"add_tiny": 9e4},
               started=STARTED - dt.timedelta(days=1))
-    [entry] = relay.summarize(relay.read_records(runs)[0], baseline=relay.read_records(history)[0])["backends"]
+    baseline = relay.read_records(history)[0]
+    [entry] = [relay_results.test_results(j, baseline=baseline) for j in relay.jobs_of(relay.read_records(runs)[0])]
     assert [(s["measurement"], s["metric"]) for s in entry["slower_than_nightly"]] == slower
     for found in entry["slower_than_nightly"]:
         assert found["nightlies"] == 5 and found["method"] == "callgrind"
@@ -444,25 +445,11 @@ def test_without_bench_or_a_nightly_counted_alike_nothing_is_said_of_speed(tmp_p
     for day in range(2):  # counted by another counter: another series, no baseline
         write_run(history, f"openreg-n{day}", trigger="nightly", pr=None, bench={"add_tiny": 18_400},
                   started=STARTED - dt.timedelta(days=day + 1), counter="perf_event")
-    summary = relay.summarize(relay.read_records(runs)[0], baseline=relay.read_records(history)[0])
-    assert {e["backend"]: e["slower_than_nightly"] for e in summary["backends"]} == {"openreg": None, "plain": None}
-    [entry] = relay.summarize(relay.read_records(runs)[0])["backends"][:1]
-    assert entry["slower_than_nightly"] is None  # no history given at all
-
-
-def test_test_results_stay_small_however_many_tests_fail(tmp_path):
-    failing = tuple(f"integration::test_opinfo.py::test_compare_cpu[{'x' * 300}-{i}]" for i in range(3000))
-    for backend in ("openreg", "b1", "b2"):
-        write_run(tmp_path, f"{backend}-1", backend=backend, failing=failing, passing=0)
-    summary = relay.summarize(relay.read_records(tmp_path)[0])
-    size = len(json.dumps(summary, separators=(",", ":")))
-    assert size <= relay.TEST_RESULTS_LIMIT and summary["truncated"] is True
-    assert all(e["failing"] == 3000 and len(e["failing_tests"]) <= 20 for e in summary["backends"])
-    assert all(len(t) <= 200 for e in summary["backends"] for t in e["failing_tests"])
-    many = {"schema": "ootci/1", "passed": 0, "failed": 1, "skipped": 0, "conclusion": "failure", "page_url": None,
-            "backends": [{"backend": f"b{i}" * 40, "status": "failed", "run_id": "r" * 100, "failing": 1,
-                          "new_failures": None, "failing_tests": ["t"]} for i in range(400)]}
-    assert len(json.dumps(relay.fit(many), separators=(",", ":"))) <= relay.TEST_RESULTS_LIMIT
+    baseline = relay.read_records(history)[0]
+    jobs = relay.jobs_of(relay.read_records(runs)[0])
+    assert {j.name: relay_results.test_results(j, baseline=baseline)["slower_than_nightly"] for j in jobs} == \
+        {"openreg": None, "plain": None}
+    assert "slower_than_nightly" not in relay_results.test_results(jobs[0])  # no history given at all
 
 
 def test_the_step_runs_of_a_bisection_are_not_runs_of_the_pr(tmp_path):
@@ -479,7 +466,7 @@ def test_the_step_runs_of_a_bisection_are_not_runs_of_the_pr(tmp_path):
     assert [d.name for d, _ in record_files.find_runs(runs)] == ["broken", "openreg-pr"]
 
 def test_retries_back_off_exponentially_up_to_a_cap():
-    retry = relay.Retry(backoff_s=2, max_delay_s=20)
+    retry = Retry(backoff_s=2, max_delay_s=20)
     assert [retry.delay(n) for n in (1, 2, 3, 4, 5)] == [2, 4, 8, 16, 20]
     assert retry.delay(1, retry_after="7") == 7
 
@@ -497,10 +484,9 @@ def test_in_progress_then_completed_reach_the_relay_exactly_as_it_expects(tmp_pa
     env = {**actions_env(tmp_path), **relay_server.env()}
     event = FIXTURES / "synchronize-gated.json"
 
-    started = ootci_relay("report", event, "--status", "in_progress", env=env)
-    done = ootci_relay("report", event, "--status", "completed", "--records", records,
-                       "--page-url", "https://ootci.github.io/ootci/#pr-167123", env={**env, "GITHUB_JOB": "publish",
-                                                                                      "OOTCI_RELAY_JOB_NAME": "plan"})
+    started = ootci_relay("report", event, "--status", "in_progress", "--jobs", "openreg", env=env)
+    done = ootci_relay("report", event, "--status", "completed", "--records", records, "--jobs", "openreg",
+                       "--page-url", "https://ootci.github.io/ootci/#pr-167123", env={**env, "GITHUB_JOB": "publish"})
 
     assert started.returncode == 0, started.stderr
     assert done.returncode == 0, done.stderr
@@ -511,24 +497,35 @@ def test_in_progress_then_completed_reach_the_relay_exactly_as_it_expects(tmp_pa
         assert {k: v for k, v in body.items() if k != "workflow"} == envelope  # the envelope, unchanged
         assert list(body)[: len(envelope)] == list(envelope)
     first, last = (b["workflow"] for b in relay_server.accepted)
-    assert set(first) == WORKFLOW_KEYS and set(last) == WORKFLOW_KEYS | {"test_results"}
+    assert set(first) == WORKFLOW_KEYS
+    assert set(last) == WORKFLOW_KEYS | {"test_results", "artifact_url", "failed_tests_detail", "triage_verdict"}
+    # The job is the backend: its own check run on the PR, whichever job of the workflow sends it.
     same = {"schema_version": "1", "name": "ootci PyTorch PR",
             "url": f"https://github.com/ootci/ootci/actions/runs/{RUN_ID}", "run_id": RUN_ID, "run_attempt": "1",
-            "job_name": "plan", "check_run_id": f"{RUN_ID}-1"}
+            "job_name": "openreg", "check_run_id": f"{RUN_ID}-1"}
     assert {k: first[k] for k in same} == same == {k: last[k] for k in same}
     assert (first["conclusion"], first["completed_at"], last["conclusion"], last["started_at"]) == \
-        (None, None, "failure", None)
+        (None, None, "failure", None)  # HUD keeps the in_progress's start
     results = last["test_results"]
-    assert (results["failed"], results["conclusion"], results["page_url"]) == \
-        (1, "failure", "https://ootci.github.io/ootci/#pr-167123")
-    assert results["backends"][0]["failing_tests"] == ["integration::test_opinfo.py::test_compare_cpu[add-float32]"]
+    assert {k: results[k] for k in ("passed", "failed", "skipped", "total", "conclusion", "backend")} == \
+        {"passed": 3, "failed": 1, "skipped": 0, "total": 4, "conclusion": "failure", "backend": "openreg"}
+    assert last["artifact_url"] == "https://ootci.github.io/ootci/#pr-167123"
+    [failure] = last["failed_tests_detail"]
+    assert failure == {"name": "integration::test_opinfo.py::test_compare_cpu[add-float32]", "file": "integration",
+                       "classname": "test_opinfo.py", "outcome": "failed", "message": "AssertionError",
+                       "stacktrace": ""}
+    assert (last["triage_verdict"]["category"], last["triage_verdict"]["confidence"]) == ("backend", "high")
+    assert relay_server.check_runs == ["crcr/ootci/ootci/ootci PyTorch PR/openreg"] * 2
+    [row] = relay_server.hud.values()
+    assert (row["total_tests"], row["failed_tests"], row["started_at"]) == (4, 1, first["started_at"])
     # One OIDC token per report, for the relay's audience, asked for with the runner's request token.
     assert [r.args.get("audience") for r in relay_server.token_requests] == [AUDIENCE, AUDIENCE]
     assert all(r.args.get("api-version") == "2.0" for r in relay_server.token_requests)
     assert relay_server.auth == [f"Bearer jwt.{AUDIENCE}.1", f"Bearer jwt.{AUDIENCE}.2"]
     assert "jwt." not in started.stdout + started.stderr + done.stdout + done.stderr
     summary = (tmp_path / "step-summary.md").read_text()
-    assert "reported in_progress for PR #167123" in summary and "reported completed (failure) for PR #167123" in summary
+    assert "reported in_progress for PR #167123 (job openreg)" in summary
+    assert "reported completed (failure) for PR #167123 (job openreg)" in summary
     assert snapshot(records) == before
 
 
@@ -566,7 +563,7 @@ def test_a_rerun_of_the_reporting_job_alone_opens_its_attempt_first(tmp_path, re
 
 def test_an_in_progress_first_the_relay_refuses_fails_the_report_and_says_what_the_relay_answered(tmp_path,
                                                                                                  relay_server):
-    """The relay refuses a second in_progress (at L3 after touching the PR's check run): never
+    """The relay refuses a second in_progress (before any check run or HUD row): never
     sent on a guess, and a refusal is never taken as fine. The completed is then not sent."""
     env = {**actions_env(tmp_path, OOTCI_RELAY_JOB_NAME="ootci"), **relay_server.env()}
     event = FIXTURES / "opened.json"
@@ -611,15 +608,23 @@ def test_a_relay_answering_500_twice_still_gets_exactly_one_completed(tmp_path, 
     assert "HTTP 200 completed after 3 attempts" in done.stdout
 
 
-def test_a_completed_recorded_before_its_answer_was_lost_is_not_sent_twice(tmp_path, relay_server):
+def test_a_5xx_then_already_recorded_is_a_warning_that_hud_may_lack_the_result(tmp_path, relay_server):
+    """The relay records the state, then HUD fails and the relay answers 500 ("update was not
+    saved"); the retry is refused as a repeated state. The relay has it, HUD does not: never success."""
     env = {**actions_env(tmp_path), **relay_server.env()}
     event = FIXTURES / "opened.json"
     assert ootci_relay("report", event, "--status", "in_progress", env=env).returncode == 0
-    relay_server.answers = [("after", 502)]
+    relay_server.answers = [("after", 500)]
     done = ootci_relay("report", event, "--status", "completed", "--conclusion", "failure", env=env)
     assert done.returncode == 0, done.stderr
-    assert [b["workflow"]["status"] for b in relay_server.accepted] == ["in_progress", "completed"]
-    assert "already recorded" in done.stdout
+    assert [b["workflow"]["status"] for b in relay_server.received] == ["in_progress", "completed", "completed"]
+    assert list(relay_server.states.values()) == ["completed"]  # the relay recorded the first try
+    [row] = relay_server.hud.values()
+    assert row["status"] == "in_progress"  # HUD never got the completed
+    [line] = done.stdout.splitlines()
+    assert line.startswith("::warning title=ootci relay report::") and "already recorded" in line
+    assert "HUD may not have this result" in line and "HTTP 500" in line
+    assert "HUD may not have this result" in (tmp_path / "step-summary.md").read_text()
 
 
 def test_429_is_retried_and_a_4xx_is_not(tmp_path, relay_server):

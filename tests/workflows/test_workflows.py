@@ -256,6 +256,8 @@ PRIVILEGED_JOBS = {
     # ...and reads the nightlies it compares the PR's runs with from the data branch (read-only).
     "relay-end": ["actions/checkout", "$/actions/setup", "actions/download-artifact", "ootci history pull",
                   "$/actions/relay-report"],
+    # The nightly's report to the relay: the night's records, and one ootci command.
+    "relay": ["actions/checkout", "$/actions/setup", "actions/download-artifact", "ootci relay nightly"],
 }
 
 

@@ -36,6 +36,7 @@ from tests.support.act_cases import (
 from tests.support.act_harness import data_remote, run_act
 from tests.support.cli import ootci
 from tests.support.fake_github import run_artifact
+from tests.support.fake_relay import FakeRelay
 from tests.support.other_publishers import push_after_the_next_push
 from tests.support.shared_runs import openreg_on_2_13
 
@@ -138,7 +139,8 @@ def record_paths_on_data_branch(data: Path) -> set[str]:
 
 @needs_openreg
 @needs_dashboard
-def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_records(act_setup, tmp_path):
+def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_records(act_setup, httpserver,
+                                                                                     tmp_path):
     """nightly.yml, and then "Re-run failed jobs" of the same run.
 
     Attempt 1: the matrix has openreg and ghost, whose job never starts: openreg's record and a
@@ -152,6 +154,11 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     comes from the data branch's tip as it is after its push: every run once, both other
     publishers' too, never the history this job merged into. (One act run of each attempt shows
     both, where two tests ran the nightly three times.)
+
+    The relay (issue 53), in the same runs: with the `relay` input, each attempt reports openreg's
+    result to a local server that plays PyTorch's relay, one `completed` callback under the
+    pytorch/pytorch commit of the torch that ran; the forged record (another trigger) and ghost
+    (no record) are not reported.
 
     The trust boundary (issue 43), shown in the same two runs: before attempt 1 a PR's code has planted
     a cache entry under the very key tonight's torch layer gets, with a file of its own in it, and an
@@ -184,12 +191,16 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     data = data_remote(ootci_act_dir)
     artifacts, site = ootci_act_dir / "artifacts", ootci_act_dir / "site"
 
+    relay = FakeRelay(httpserver)
+    token_env = {k: v for k, v in relay.env().items() if k.startswith("ACTIONS_")}
+
     def attempt(number: int):
         result = run_act(workdir, "workflow_dispatch", ".github/workflows/nightly.yml",
-                         env={**env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_REGISTRY": str(registry),
+                         env={**env, **token_env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_REGISTRY": str(registry),
                               "GITHUB_RUN_ID": "4711", "GITHUB_RUN_ATTEMPT": str(number)},
-                         inputs={"backends": f"{BACKEND} ghost", "torch": TORCH, "suites": "smoke"},
-                         log=tmp_path / f"act-{number}.log", stubs=root / "stubs")
+                         inputs={"backends": f"{BACKEND} ghost", "torch": TORCH, "suites": "smoke", "relay": "true"},
+                         log=tmp_path / f"act-{number}.log", stubs=root / "stubs",
+                         variables={"OOTCI_RELAY_CALLBACK_URL": relay.env()["OOTCI_RELAY_CALLBACK_URL"]})
         assert result.returncode == 0, result.output[-6000:]
         assert_every_remote_action_had_a_stand_in(result.output)
         # After the publish, the bisect plan of a run by hand plans nothing, and nothing is bisected.
@@ -228,6 +239,16 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     assert index.count('<tr data-status="missing">') == 1
     page = (site / "backends" / "ghost.html").read_text()
     assert '<span class="pill s-missing">missing</span>' in page and ghost.missing_reason in page
+    # The night went to the relay: openreg's result alone, under the commit of the torch that ran.
+    [nightly] = relay.received
+    assert relay.accepted == relay.received
+    assert (nightly["event_type"], nightly["delivery_id"]) == ("nightly", first.torch.git_version)
+    assert nightly["payload"]["head_sha"] == first.torch.git_version and len(first.torch.git_version or "") == 40
+    report = nightly["workflow"]
+    assert (report["status"], report["job_name"], report["conclusion"]) == ("completed", BACKEND, "success")
+    assert report["started_at"] and report["completed_at"]
+    assert report["test_results"]["total"] == len(first.tests) > 0
+    assert "forged: run " in result.output and "not reported: its trigger is 'nightly'" in result.output
 
     now = dt.datetime.now(dt.UTC)
     other = f"latecomer-{now:%Y%m%dT%H%M%SZ}-cccccc"
@@ -250,6 +271,7 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
         restored_the_plant = take_the_plant_back()
     assert not restored_the_plant, "a trusted run restored what a PR's code saved"
 
+    assert [b["workflow"]["job_name"] for b in relay.received] == [BACKEND, BACKEND]  # each attempt reports its own
     assert sorted(p.name for p in artifacts.iterdir()) == [f"github-pages-{n}" for n in (1, 2)] + [
         "ootci-run-forged-1"] + [f"ootci-run-{BACKEND}-{n}" for n in (1, 2)]
     [second] = [r for r in records_under(artifacts) if r.run_id not in (first.run_id, forged)]
