@@ -11,6 +11,7 @@ relay's own additions included.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import requests
 
+from ootci.runner.core import causes
 from ootci.runner.core.http import Retry
 from ootci.runner.models import RunRecord, TestResult
 from ootci.runner.relay import detail, verdict
@@ -63,6 +65,9 @@ def completed(envelope: dict[str, Any], workflow: Workflow, job: Job, *, conclus
         completed_at=stamp(job.finished_at) if job.finished_at else None)
     body = callback_body(envelope, "completed", conclusion or job.conclusion, reporter, extras=extras)
     budget = limit - RELAY_ADDS - detail.size(body) - len(', "failed_tests_detail": ')
+    if cause_of is None:  # issue 52: one example of each cause first, the device's name masked in each
+        device = job.records[0].device if job.records else None
+        cause_of = functools.partial(causes.cause_of, device=device)
     entries, failures = detail.failed_tests_detail(job.tests, budget, failing_in_nightly=known, cause_of=cause_of)
     results["failures"] = failures
     results["failures_detailed"] = len(entries)

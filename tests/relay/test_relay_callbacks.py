@@ -363,6 +363,24 @@ def test_the_detail_puts_one_example_of_each_cause_first_within_its_group():
     assert by_cause == ["f.py::T::t0", "f.py::T::t3", "f.py::T::t5", "f.py::T::t1", "f.py::T::t2", "f.py::T::t4"]
 
 
+def test_the_callbacks_detail_leads_with_one_example_of_each_failure_cause():
+    """Issue 52: by default the detail is ordered by ootci's own cause signature (core.causes), so
+    HUD's first rows are the different things broken, not 30 samples of the same one."""
+    abs_ = [Result(id=f"test_ops.py::TestCommonOPENREG::test_abs_{i}", suite="upstream", outcome=Outcome.failed,
+                   message=f"sample {i} (Tensor[{i + 2}, 3]): raised on openreg but not on CPU: "
+                           "RuntimeError: Abs kernel only supports float type") for i in range(30)]
+    conv = [Result(id=f"test_ops.py::TestCommonOPENREG::test_conv_{i}", suite="upstream", outcome=Outcome.failed,
+                   message="NotImplementedError: Could not run 'aten::convolution_overrideable' with arguments "
+                           f"from the 'openreg:{i % 2}' backend") for i in range(5)]
+    [job] = jobs_of([record("openreg", abs_ + conv, trigger="nightly")])
+    body = relay.completed(relay.nightly_envelope(TORCH_COMMIT), relay.Workflow(
+        name="ootci nightly", url="https://github.com/o/r/actions/runs/1", run_id="1", run_attempt="1",
+        job_name="relay", check_run_id="1-1"), job)
+    names = [e["name"] for e in body["workflow"]["failed_tests_detail"]]
+    assert names[:2] == [abs_[0].id, conv[0].id]
+    assert sorted(names) == sorted(t.id for t in abs_ + conv)
+
+
 def test_a_run_of_100000_tests_with_5000_failures_fits_in_2_mb_with_the_backends_new_failures_first():
     """The contract at scale: counted in bytes of the body as the relay forwards it."""
     tests = [Result(id=f"test_ops.py::TestCommonOPENREG::test_op_{i}", suite="upstream",
