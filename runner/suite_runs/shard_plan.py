@@ -203,10 +203,13 @@ def plan(backend: str, files: Sequence[FileTimes], *, budget_s: float, file_limi
     total = sum(t.total_s for t in files)
     n = jobs if jobs is not None else max(1, math.ceil(total / room))
     while True:
+        if n > MAX_JOBS:
+            raise PlanError(f"--minutes {budget_s / 60:g}: {n} jobs or more, more than the {MAX_JOBS} "
+                            "of a GitHub matrix")
         planned = _fill(files, n, piece_cap)
         worst = max(j.files_s for j in planned)
         longest = max((p.expected_s for j in planned for p in j.pieces if p.tests), default=0.0)
-        if jobs is not None or (worst <= room and longest <= piece_cap) or n >= max(len(files), 1) * 64:
+        if jobs is not None or (worst <= room and longest <= piece_cap):
             break
         n += 1  # the fill could not meet the budget with n jobs (whole pieces left over): one more
     for job in planned:
@@ -238,8 +241,6 @@ def plan_suite(backend: str, suite: UpstreamSuite, recorded: Mapping[str, Mappin
         shown = ", ".join(planned.unseen[:5]) + (" ..." if len(planned.unseen) > 5 else "")
         planned.notes.append(f"{len(planned.unseen)} files never seen in those runs, planned at their {default_s:g} s "
                              f"time limit: {shown}")
-    if planned.n > MAX_JOBS:
-        raise PlanError(f"--minutes {budget_s / 60:g}: {planned.n} jobs, more than the {MAX_JOBS} of a GitHub matrix")
     too_long = [(j, p) for j in planned.jobs for p in j.pieces if p.expected_s > default_s]
     for job, piece in too_long:
         planned.notes.append(f"{piece.file}: {piece.expected_s / 60:.1f} min in job {job.index}, longer than its "
