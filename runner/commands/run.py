@@ -15,7 +15,7 @@ from ootci.runner.stages import SUITE_STAGES, RunOptions, bench
 from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers, run_backend
 from ootci.runner.stages.report import Reporter
 from ootci.runner.suite_runs import shard_plan
-from ootci.runner.suite_runs.shards import check_group, default_group, parse_shard
+from ootci.runner.suite_runs.shards import check_group, default_group, job_index, parse_shard
 from ootci.runner.torch_supply import torch_acquire, torchspec
 from ootci.runner.verification.verify import import_cost_runs
 
@@ -93,7 +93,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         if args.shard is None:
             raise UsageError("--shard-plan needs --shard K: the job of the plan this run is")
         planned = shard_plan.read(args.shard_plan)
-        k = _job_index(args.shard, planned.n)
+        k = job_index(args.shard, planned.n)
         part = planned.part(k, where=f"--shard {args.shard}")
         args.shard = f"{k}/{planned.n}"
     if args.shard is not None:
@@ -112,19 +112,6 @@ def options_from(args: argparse.Namespace) -> RunOptions:
                       relay_delivery_id=args.delivery_id or None, jobs=source.jobs, cache=source.cache,
                       torch_repo=source.torch_repo, dry_run=args.dry_run, shard=shard, shard_group=shard_group,
                       shard_part=part, upstream_files=upstream_files, upstream_tests=upstream_tests)
-
-
-def _job_index(text: str, n: int) -> int:
-    """K of `--shard K` or `--shard K/N` with a plan of n jobs; one line for another N or a job it has not."""
-    k_text, slash, n_text = text.partition("/")
-    if not k_text.strip().isdigit() or (slash and not n_text.strip().isdigit()):
-        raise UsageError(f"--shard {text[:40]!r}: with --shard-plan, K or K/N (e.g. 2 or 2/{n})")
-    if slash and int(n_text) != n:
-        raise UsageError(f"--shard {text}: the plan has {n} jobs, not {int(n_text)}")
-    k = int(k_text)
-    if not 1 <= k <= n:
-        raise UsageError(f"--shard {text}: unknown job: the plan has jobs 1 to {n}")
-    return k
 
 
 def preflight(options: RunOptions) -> torch_acquire.TorchPlan:

@@ -57,6 +57,19 @@ def parse_shard(text: str | None, what: str = "--shard") -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def job_index(text: str, n: int) -> int:
+    """K of `--shard K` or `--shard K/N` with a plan of n jobs; one line for another N or a job it has not."""
+    k_text, slash, n_text = text.partition("/")
+    if not k_text.strip().isdigit() or (slash and not n_text.strip().isdigit()):
+        raise UsageError(f"--shard {text[:40]!r}: with --shard-plan, K or K/N (e.g. 2 or 2/{n})")
+    if slash and int(n_text) != n:
+        raise UsageError(f"--shard {text}: the plan has {n} jobs, not {int(n_text)}")
+    k = int(k_text)
+    if not 1 <= k <= n:
+        raise UsageError(f"--shard {text}: unknown job: the plan has jobs 1 to {n}")
+    return k
+
+
 def default_group(env: Mapping[str, str] | None = None, today: dt.date | None = None) -> str:
     """The shard group when `--shard-group` is not given: the N shard jobs of one GitHub
     Actions workflow run share its run id (a re-run of a failed shard too); elsewhere the
