@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from ootci.runner.core.errors import OutputError, UsageError
 from ootci.runner.history.recorded_times import RecordedTimes, recorded_times
 from ootci.runner.manifests import registry
+from ootci.runner.stages.report import append_to_github_file, artifact_name
 from ootci.runner.suite_runs import shard_plan
 from ootci.runner.suite_runs.shards import merge
 
@@ -30,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--out", type=Path, default=Path("shard-plan.json"), metavar="PLAN",
                     help="the plan the jobs run from (`ootci run --shard-plan PLAN --shard K`) and the merge reads "
                          "(default: shard-plan.json)")
+    pl.add_argument("--github-output", metavar="ARTIFACT",
+                    help="also append matrix=, shards= (the job numbers as a JSON list), jobs= and artifact= (ARTIFACT "
+                         "made a name upload-artifact takes, for the plan file) to $GITHUB_OUTPUT: a plan job's "
+                         "outputs, which feed the matrix")
     pl.set_defaults(func=cmd_plan)
     m = ssub.add_parser("merge", help="write one record per backend and shard group from its shard records")
     m.add_argument("sources", nargs="+", type=Path, metavar="DIR",
@@ -78,18 +84,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError(f"--jobs {args.jobs}: must be 1 to {shard_plan.MAX_JOBS} (GitHub's matrix limit)")
     if args.nights < 1:
         raise UsageError(f"--nights {args.nights}: must be at least 1")
-    if args.history is not None and not args.history.is_dir():
+    if args.history is not None and args.history.exists() and not args.history.is_dir():
         raise UsageError(f"--history {args.history}: not a directory")
+    if args.github_output is not None and not os.environ.get("GITHUB_OUTPUT"):
+        raise UsageError("--github-output: $GITHUB_OUTPUT is not set (it is, in a step of a GitHub Actions job)")
     manifest = registry.resolve(args.backend)
     suite = manifest.suites.upstream
     if suite is None:
         raise UsageError(f"{manifest.path}: no [suites.upstream]: there is nothing to plan by file "
                          "(`ootci run --shard K/N` splits the other suites)")
-    recorded = recorded_times(args.history, manifest.name, args.nights) if args.history else RecordedTimes()
+    # A history that does not exist yet (a data branch's first night) has no times: the plan says so.
+    recorded = (recorded_times(args.history, manifest.name, args.nights) if args.history and args.history.is_dir()
+                else RecordedTimes())
     planned = shard_plan.plan_suite(manifest.name, suite, recorded.tests, budget_s=args.minutes * 60, jobs=args.jobs,
                                     runs=recorded.runs, every_job_s=recorded.every_job_s, split_s=recorded.split_s)
     shard_plan.write(args.out, planned)
     for line in shard_plan.describe(planned):
         print(f"ootci: shards plan: {line}", file=sys.stderr)
-    print(json.dumps(planned.matrix(), separators=(",", ":")))
+    matrix = json.dumps(planned.matrix(), separators=(",", ":"))
+    print(matrix)
+    if args.github_output is not None:
+        append_to_github_file("GITHUB_OUTPUT", f"matrix={matrix}\nshards={json.dumps(list(range(1, planned.n + 1)))}\n"
+                                               f"jobs={planned.n}\nartifact={artifact_name(args.github_output)}\n")
     return 0
