@@ -41,19 +41,16 @@ OOTCI = Path(sys.executable).with_name("ootci")
 # is the long one.
 FILES = {"test_unary_ufuncs.py": (0.45, 0.030), "test_reductions.py": (0.20, 0.015), "test_indexing.py": (0.15, 0.012),
          "test_view_ops.py": (0.12, 0.008), "nn/test_pooling.py": (0.08, 0.020)}
+# The plan reads only the name and [suites.upstream]; the rest is what every manifest must have.
 MANIFEST = """\
 name = "bench-plan"
 device = "openreg"
 distribution = "torch_openreg"
 import_name = "torch_openreg"
 entry_point = "torch_openreg = torch_openreg:_autoload"
-[source]
-requirement = "torch_openreg"
-[build]
-recipe = "prebuilt"
-[suites.upstream]
-files = {files}
-timeout = {timeout}
+source = {{ requirement = "torch_openreg" }}
+build = {{ recipe = "prebuilt" }}
+suites = {{ upstream = {{ files = {files}, timeout = {timeout} }} }}
 """
 
 
