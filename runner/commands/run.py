@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
             raise UsageError("--shard-plan needs --shard K: the job of the plan this run is")
         planned = shard_plan.read(args.shard_plan)
         k = job_index(args.shard, planned.n)
-        part = planned.part(k, where=f"--shard {args.shard}")
+        part = dataclasses.replace(planned.part(k, where=f"--shard {args.shard}"), path=str(args.shard_plan))
         args.shard = f"{k}/{planned.n}"
     if args.shard is not None:
         k, n = parse_shard(args.shard)

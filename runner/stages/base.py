@@ -63,7 +63,8 @@ class RunOptions:
     def reproduce(self, backend: str, torch: TorchInfo) -> str:
         """The command that runs this again, the torch named as given (later: as resolved)."""
         return reproduce_command(backend, torch, self.suites, self.shard, self.bench, self.bench_only,
-                                 self.upstream_files, str(self.upstream_tests) if self.upstream_tests else None)
+                                 self.upstream_files, str(self.upstream_tests) if self.upstream_tests else None,
+                                 self.shard_part.path if self.shard_part else None)
 
 
 @dataclass

@@ -163,6 +163,9 @@ class Part:
     planned_files: frozenset[str]
 
     plan: str = ""
+    """the plan's digest"""
+    path: str = ""
+    """the plan file it was read from (the record's reproduce command names it)"""
 
     def files(self, available: Sequence[str]) -> list[str]:
         """The files of `available` this job runs: its pieces' files, and the unplanned files whose

@@ -411,9 +411,9 @@ def _without_shard(command: str) -> str:
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--shard":
+        elif arg in ("--shard", "--shard-plan"):
             skip = True
-        elif not arg.startswith("--shard="):
+        elif not arg.startswith(("--shard=", "--shard-plan=")):
             out.append(arg)
     return shlex.join(out)
 

@@ -272,3 +272,13 @@ def test_upstream_suite_without_times_plans_whole_files_at_their_limit():
     planned = shard_plan.plan_suite("openreg", suite, None, budget_s=300)
     assert [[p.describe() for p in j.pieces] for j in planned.jobs] == [[LONG, MID]]
     assert planned.unseen == [LONG, MID] and planned.jobs[0].expected_s == 240
+
+
+def test_a_planned_shard_reproduces_with_its_plan_and_the_merge_drops_both():
+    from ootci.runner.models import reproduce_command
+    from ootci.runner.suite_runs import shards
+
+    torch = TorchInfo(spec="2.13.0", version="2.13.0")
+    command = reproduce_command("openreg", torch, ("upstream",), "2/4", shard_plan="/t/shard-plan.json")
+    assert command == "ootci run openreg --torch 2.13.0 --suites upstream --shard-plan /t/shard-plan.json --shard 2/4"
+    assert shards._without_shard(command) == "ootci run openreg --torch 2.13.0 --suites upstream"
