@@ -16,7 +16,7 @@ from ootci.runner.manifests.manifest import UpstreamSuite
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
 from ootci.runner.records import record_files
-from ootci.runner.suite_runs import shard_plan
+from ootci.runner.suite_runs import shard_plan, shards
 from tests.support.cli import ootci
 from tests.support.records import records_under
 
@@ -276,9 +276,19 @@ def test_upstream_suite_without_times_plans_whole_files_at_their_limit():
 
 def test_a_planned_shard_reproduces_with_its_plan_and_the_merge_drops_both():
     from ootci.runner.models import reproduce_command
-    from ootci.runner.suite_runs import shards
 
     torch = TorchInfo(spec="2.13.0", version="2.13.0")
     command = reproduce_command("openreg", torch, ("upstream",), "2/4", shard_plan="/t/shard-plan.json")
     assert command == "ootci run openreg --torch 2.13.0 --suites upstream --shard-plan /t/shard-plan.json --shard 2/4"
     assert shards._without_shard(command) == "ootci run openreg --torch 2.13.0 --suites upstream"
+
+
+def test_a_split_file_that_does_not_collect_is_one_result_in_the_merge(tmp_path):
+    files = [shard_plan.FileTimes(LONG, {tid(LONG, i): 10.0 for i in range(20)})]
+    planned = shard_plan.plan("openreg", files, budget_s=100, file_limit_s=600)
+    assert planned.n == 2
+    for k in (1, 2):  # tonight the file does not import: each job reports it under its path
+        planned_shard(tmp_path / "runs", planned.part(k), {LONG: Outcome.error})
+    written, _ = shards.merge([tmp_path / "runs"], tmp_path / "out", planned=planned)
+    assert [t.id for t in written[0].tests] == [LONG]
+    assert not [p for p in written[0].problems if "more than one shard" in p]
