@@ -196,6 +196,9 @@ def test_bad_input_is_one_line_each(tmp_path, history):
         "(field 'version' 1 and a list 'jobs')")
     without = ootci("shards", "plan", str(path), "--minutes", "0")
     assert without.returncode == 2 and without.stderr.strip() == "ootci: --minutes 0: must be more than 0"
+    outside = ootci("shards", "plan", str(path), "--minutes", "5", "--github-output", "x", env={"GITHUB_OUTPUT": ""})
+    assert outside.returncode == 2 and outside.stderr.strip() == (
+        "ootci: --github-output: $GITHUB_OUTPUT is not set (it is, in a step of a GitHub Actions job)")
 
 
 # -- the merge, with the plan the shards ran -------------------------------------------------
