@@ -160,6 +160,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if len(pythons) == 1 and "" not in pythons:
             args.python = Path(pythons.pop())
     options = options_from(args)
+    other = [m.name for m in manifests if options.shard_part and m.name != options.shard_part.backend]
+    if other and options.shard_part:
+        raise UsageError(f"--shard-plan {options.shard_part.path}: a plan for {options.shard_part.backend}, "
+                         f"not {other[0]}")
     plan = preflight(options)
     if options.dry_run:
         print_plan(manifests, options, plan)

@@ -79,6 +79,8 @@ def cmd_test(args: argparse.Namespace) -> int:
         if args.shard_plan is None or args.shard is None or args.suite != upstream.NAME:
             raise UsageError(f"--shard-plan and --shard go together, with --suite {upstream.NAME}")
         planned = shard_plan.read(args.shard_plan)
+        if planned.backend != manifest.name:
+            raise UsageError(f"--shard-plan {args.shard_plan}: a plan for {planned.backend}, not {manifest.name}")
         part = planned.part(job_index(args.shard, planned.n), where=f"--shard {args.shard}")
         shard = f"{part.k}/{part.n}"
         group = check_group(args.shard_group) if args.shard_group is not None else default_group()

@@ -144,7 +144,7 @@ class Plan:
         if not 1 <= k <= self.n:
             raise UsageError(f"{where}: no job {k} in a plan of {self.n} (1..{self.n})")
         return Part(k, self.n, self.jobs[k - 1].pieces, frozenset(p.file for j in self.jobs for p in j.pieces),
-                    self.digest)
+                    self.digest, backend=self.backend)
 
     @property
     def digest(self) -> str:
@@ -164,6 +164,8 @@ class Part:
 
     plan: str = ""
     """the plan's digest"""
+    backend: str = ""
+    """the backend it was planned for"""
     path: str = ""
     """the plan file it was read from (the record's reproduce command names it)"""
 

@@ -25,7 +25,7 @@ LONG, MID, SHORT, BROKEN, NEW = "test_long.py", "test_mid.py", "nn/test_short.py
 SIZES = {LONG: 900, MID: 200, SHORT: 60}
 
 MANIFEST = """\
-name = "openreg"
+name = "openreg-plan"
 device = "openreg"
 distribution = "torch_openreg"
 import_name = "torch_openreg"
@@ -52,7 +52,7 @@ def tid(file: str, i: int) -> str:
     return f"{file}::TestThing::test_op{i:04d}_openreg_float32"
 
 
-def night(history: Path, day: int, seed: int, *, trigger: str = "nightly", backend: str = "openreg") -> RunRecord:
+def night(history: Path, day: int, seed: int, *, trigger: str = "nightly", backend: str = "openreg-plan") -> RunRecord:
     """A recorded night: skewed test times (most tests fast, a few slow), a file that did not collect,
     and tests a file's time limit left unrun (no time of their own)."""
     rng = random.Random(seed)
@@ -129,7 +129,7 @@ def test_a_plan_from_the_latest_nights_meets_its_budget_and_holds_every_recorded
     # The file never seen is planned at its time limit, and the plan says so.
     assert [p.expected_s for p in pieces if p.file == NEW] == [600]
     assert "1 files never seen in those runs, planned at their 600 s time limit: test_new.py" in done.stderr
-    assert f"openreg: {planned.n} jobs of at most 12 min, from times of 3 recorded runs" in done.stderr
+    assert f"openreg-plan: {planned.n} jobs of at most 12 min, from times of 3 recorded runs" in done.stderr
 
 
 def test_the_ranges_of_a_split_file_hold_every_id_it_may_have_tonight_exactly_once():
@@ -160,7 +160,7 @@ def test_a_plan_with_no_times_says_it_used_the_defaults(tmp_path):
     path = manifest(tmp_path / "backend", files=(LONG, MID, SHORT), timeout=300)
     done = ootci("shards", "plan", str(path), "--minutes", "10", "--out", str(tmp_path / "plan.json"))
     assert done.returncode == 0, done.stderr
-    assert ("ootci: shards plan: no recorded times for openreg: every file planned at its 300 s time limit "
+    assert ("ootci: shards plan: no recorded times for openreg-plan: every file planned at its 300 s time limit "
             "(the default for a file never seen: the most it may take before it is cut)") in done.stderr.splitlines()
     assert json.loads(done.stdout) == {"include": [{"shard": 1, "shards": 2, "expected_min": 10.0},
                                                    {"shard": 2, "shards": 2, "expected_min": 5.0}]}
@@ -189,6 +189,9 @@ def test_bad_input_is_one_line_each(tmp_path, history):
                     "--shard", shard, "--out", str(tmp_path / "out"))
         assert bad.returncode == 2 and bad.stderr.startswith("ootci: --shard ") and words in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+    other = ootci("run", "openreg", "--shard-plan", str(tmp_path / "plan.json"), "--shard", "1")
+    assert other.returncode == 2 and other.stderr.strip() == (
+        f"ootci: --shard-plan {tmp_path / 'plan.json'}: a plan for openreg-plan, not openreg")
     (tmp_path / "notplan.json").write_text("{}")
     notplan = ootci("run", str(path), "--shard-plan", str(tmp_path / "notplan.json"), "--shard", "1")
     assert notplan.returncode == 2 and notplan.stderr.strip() == (
