@@ -273,7 +273,8 @@ def variant_index(version: str) -> str | None:
 
 def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | list[str] = SUITES,
                       shard: str | None = None, bench: bool | None = None, bench_only: tuple[str, ...] = (),
-                      upstream_files: tuple[str, ...] = (), upstream_tests: str | None = None) -> str:
+                      upstream_files: tuple[str, ...] = (), upstream_tests: str | None = None,
+                      shard_plan: str | None = None) -> str:
     """`ootci run ...` that tests the same backend against the same torch, on any machine.
 
     The torch is named as resolved, never as asked for: `nightly` becomes the version
@@ -306,6 +307,8 @@ def reproduce_command(backend: str, torch: TorchInfo, suites: tuple[str, ...] | 
         argv += ["--upstream-files", ",".join(upstream_files)]
     if upstream_tests:
         argv += ["--upstream-tests", upstream_tests]
+    if shard_plan:
+        argv += ["--shard-plan", shard_plan]
     if shard:
         argv += ["--shard", shard]
     return shlex.join(argv)

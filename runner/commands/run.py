@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from ootci.runner.models import COMMIT_SHA, DELIVERY_ID
 from ootci.runner.stages import SUITE_STAGES, RunOptions, bench
 from ootci.runner.stages.pipeline import Interrupted, interrupt_handlers, run_backend
 from ootci.runner.stages.report import Reporter
-from ootci.runner.suite_runs.shards import check_group, default_group, parse_shard
+from ootci.runner.suite_runs import shard_plan
+from ootci.runner.suite_runs.shards import check_group, default_group, job_index, parse_shard
 from ootci.runner.torch_supply import torch_acquire, torchspec
 from ootci.runner.verification.verify import import_cost_runs
 
@@ -44,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard", metavar="K/N",
                    help="run every stage, but only the tests of shard K of N in the suite stages "
                         "(merge the N records with `ootci shards merge`)")
+    p.add_argument("--shard-plan", type=Path, metavar="PLAN",
+                   help="the plan of `ootci shards plan`: the upstream suite runs job K's files and ranges of ids "
+                        "(--shard K or K/N), the other suites shard K of N")
     p.add_argument("--shard-group", metavar="ID",
                    help="id the N shards of one run share (default: gh-$GITHUB_RUN_ID on GitHub Actions, "
                         "else local-<UTC date>)")
@@ -84,7 +89,14 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         raise UsageError(f"--pr-head-sha: {args.pr_head_sha[:60]!r} is not 40 lowercase hexadecimal digits")
     if args.delivery_id is not None and not re.fullmatch(DELIVERY_ID, args.delivery_id):
         raise UsageError(f"--delivery-id: {args.delivery_id[:60]!r} is not 1-64 letters, digits and '-'")
-    shard = shard_group = None
+    shard = shard_group = part = None
+    if args.shard_plan is not None:
+        if args.shard is None:
+            raise UsageError("--shard-plan needs --shard K: the job of the plan this run is")
+        planned = shard_plan.read(args.shard_plan)
+        k = job_index(args.shard, planned.n)
+        part = dataclasses.replace(planned.part(k, where=f"--shard {args.shard}"), path=str(args.shard_plan))
+        args.shard = f"{k}/{planned.n}"
     if args.shard is not None:
         k, n = parse_shard(args.shard)
         shard = f"{k}/{n}"
@@ -100,7 +112,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
                       pr_head_sha=args.pr_head_sha or None,
                       relay_delivery_id=args.delivery_id or None, jobs=source.jobs, cache=source.cache,
                       torch_repo=source.torch_repo, dry_run=args.dry_run, shard=shard, shard_group=shard_group,
-                      upstream_files=upstream_files, upstream_tests=upstream_tests)
+                      shard_part=part, upstream_files=upstream_files, upstream_tests=upstream_tests)
 
 
 def preflight(options: RunOptions) -> torch_acquire.TorchPlan:
@@ -133,6 +145,9 @@ def print_plan(manifests, options: RunOptions, plan: torch_acquire.TorchPlan) ->
             print(f"  {name:<12} {'skip: ' + reason if reason else 'run'}")
     if options.shard:
         print(f"shard {options.shard} (group {options.shard_group}): the suites run only this shard's tests")
+    if options.shard_part is not None:
+        for piece in options.shard_part.pieces:
+            print(f"  upstream {piece.describe()}: {len(piece.tests)} recorded tests, {piece.expected_s:.0f} s")
     print(f"records: {options.out}/<run_id>/record.json")
 
 
@@ -145,6 +160,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if len(pythons) == 1 and "" not in pythons:
             args.python = Path(pythons.pop())
     options = options_from(args)
+    other = [m.name for m in manifests if options.shard_part and m.name != options.shard_part.backend]
+    if other and options.shard_part:
+        raise UsageError(f"--shard-plan {options.shard_part.path}: a plan for {options.shard_part.backend}, "
+                         f"not {other[0]}")
     plan = preflight(options)
     if options.dry_run:
         print_plan(manifests, options, plan)

@@ -19,7 +19,8 @@ from ootci.runner.models import RunRecord, Status, TorchInfo
 from ootci.runner.records import record_files
 from ootci.runner.stages import upstream
 from ootci.runner.stages.base import RunContext, RunOptions
-from ootci.runner.suite_runs import suite_runner
+from ootci.runner.suite_runs import shard_plan, suite_runner
+from ootci.runner.suite_runs.shards import check_group, default_group, job_index
 from ootci.runner.torch_supply import envs
 
 
@@ -36,6 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("out/test"),
                    help="directory for junit/<suite>.xml, logs/ and record.json (default: out/test)")
     p.add_argument("--jobs", type=int, help="pytest-xdist workers for the integration suite (default: CPUs, at most 4)")
+    p.add_argument("--shard-plan", type=Path, metavar="PLAN",
+                   help="with --suite upstream: run job K's part of the plan of `ootci shards plan` (--shard K); "
+                        "the record is shard K/N, for `ootci shards merge`")
+    p.add_argument("--shard", metavar="K", help="the job of --shard-plan this run is")
+    p.add_argument("--shard-group", metavar="ID", help="id the jobs of one run share (as `ootci run --shard-group`)")
     p.add_argument("--verbose", "-v", action="store_true", help="stream the suites' output")
     p.set_defaults(func=cmd_test)
 
@@ -69,6 +75,16 @@ def cmd_test(args: argparse.Namespace) -> int:
     if args.suite == upstream.NAME and not upstream.wanted(manifest, RunOptions(upstream_files=upstream_files)):
         raise UsageError(f"--suite {upstream.NAME}: {manifest.path} has no [suites.upstream] files: add them, "
                          f"or name the files with --upstream-files")
+    part = shard = group = None
+    if args.shard_plan is not None or args.shard is not None:
+        if args.shard_plan is None or args.shard is None or args.suite != upstream.NAME:
+            raise UsageError(f"--shard-plan and --shard go together, with --suite {upstream.NAME}")
+        planned = shard_plan.read(args.shard_plan)
+        if planned.backend != manifest.name:
+            raise UsageError(f"--shard-plan {args.shard_plan}: a plan for {planned.backend}, not {manifest.name}")
+        part = planned.part(job_index(args.shard, planned.n), where=f"--shard {args.shard}")
+        shard = f"{part.k}/{part.n}"
+        group = check_group(args.shard_group) if args.shard_group is not None else default_group()
     # For the record only: whether that torch imports, the suite says (it imports it first).
     info = envs.torch_found(python)
     now = dt.datetime.now(dt.UTC)
@@ -78,10 +94,12 @@ def cmd_test(args: argparse.Namespace) -> int:
                         dist_version=info.get("dist_version"), source=str(python)),
         python=str(python), started_at=now,
         command=" ".join(["ootci", "test", "--python", str(python), "--backend", args.backend, "--suite", args.suite]),
+        shard=shard, shard_group=group,
     )
     stage = args.suite if args.suite in suite_runner.SUITE_STAGES else "integration"
     options = RunOptions(out=args.out, python=python, suites=(stage,), jobs=args.jobs, torch_repo=args.torch_repo,
-                         upstream_files=upstream_files, upstream_tests=upstream_tests)
+                         upstream_files=upstream_files, upstream_tests=upstream_tests, shard=shard, shard_group=group,
+                         shard_part=part)
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = RunContext(manifest=manifest, options=options, record=record, run_dir=args.out,
                      cache=envs.cache_root(), reporter=_Reporter(args.verbose), stage_name=stage)

@@ -17,6 +17,7 @@ from typing import Protocol
 from ootci.runner.core import procs, rootcause
 from ootci.runner.manifests.manifest import Manifest
 from ootci.runner.models import SUITES, RootCause, RunRecord, StageResult, Status, TorchInfo, reproduce_command
+from ootci.runner.suite_runs.shard_plan import Part
 from ootci.runner.torch_supply.envs import Env
 from ootci.runner.torch_supply.torch_pin import TorchUnderTest
 from ootci.runner.torch_supply.wheel_metadata import BuildTorch
@@ -52,6 +53,8 @@ class RunOptions:
     """"K/N": the suite stages run only the tests of shard K of N (`ootci run --shard`)"""
     shard_group: str | None = None
     """the id the N shards of one run share, so that `ootci shards merge` finds them"""
+    shard_part: Part | None = None
+    """the part of a plan (`--shard-plan`) this shard runs of the upstream suite: its files and id ranges"""
     upstream_files: tuple[str, ...] = ()
     """the upstream suite runs only these files (paths under PyTorch's test/; empty: the manifest's)"""
     upstream_tests: Path | None = None
@@ -60,7 +63,8 @@ class RunOptions:
     def reproduce(self, backend: str, torch: TorchInfo) -> str:
         """The command that runs this again, the torch named as given (later: as resolved)."""
         return reproduce_command(backend, torch, self.suites, self.shard, self.bench, self.bench_only,
-                                 self.upstream_files, str(self.upstream_tests) if self.upstream_tests else None)
+                                 self.upstream_files, str(self.upstream_tests) if self.upstream_tests else None,
+                                 self.shard_part.path if self.shard_part else None)
 
 
 @dataclass

@@ -70,6 +70,10 @@ def run(ctx: RunContext) -> StageResult:
     problems = [f"upstream {name}: not in {tests.test_dir} ({tests.describe()})"
                 for name in torch_tests.missing_files(tests, suite.files)]
     files = [name for name in suite.files if (tests.test_dir / name).is_file()]
+    part = options.shard_part
+    if part is not None:
+        # A planned shard: its own files and ranges of ids only (an unplanned file where its name hashes).
+        files = part.files(files)
     requirements = SuiteSpec(name=NAME, cwd=ctx.run_dir, requirements=list(suite.requirements))
     if files and requirements.requirements:
         failure = suite_runner.install_requirements(ctx, requirements)
@@ -85,7 +89,7 @@ def run(ctx: RunContext) -> StageResult:
         python=ctx.python, manifest=manifest, suite=suite, test_dir=tests.test_dir, junit_dir=ctx.run_dir / "junit",
         cwd=ctx.run_dir / "upstream-cwd", log=ctx.log_path(NAME), deadline=time.monotonic() + limit,
         env=ctx.pip_env(), torch_version=ctx.record.torch.version, workers=workers, parallel=parallel,
-        shard=options.shard,
+        shard=options.shard, part=part,
         on_line=getattr(ctx.reporter, "line", None))
     upstream = runner.run(files, only)
     results = upstream.results
@@ -94,7 +98,12 @@ def run(ctx: RunContext) -> StageResult:
     for problem in problems:
         if problem not in ctx.record.problems:
             ctx.record.problems.append(problem)
-    return result_of(tests, upstream, results, problems)
+    stage = result_of(tests, upstream, results, problems)
+    if part is not None:
+        stage.data["shard_plan"] = {"plan": part.plan, "job": f"{part.k}/{part.n}",
+                                    "pieces": [{"file": p.file, "start": p.start, "before": p.before}
+                                               for p in part.pieces if p.file in files]}
+    return stage
 
 
 def result_of(tests: torch_tests.UpstreamTests, upstream, results, problems: list[str]) -> StageResult:

@@ -32,6 +32,7 @@ from ootci.runner.models import (
     SEVERITY,
     SHARD_GROUP,
     SUITES,
+    Outcome,
     RootCause,
     RunRecord,
     StageResult,
@@ -41,7 +42,10 @@ from ootci.runner.models import (
     worst_of,
 )
 from ootci.runner.records import record_files
+from ootci.runner.records.upstream_files import SUITE as UPSTREAM
+from ootci.runner.records.upstream_files import file_of
 from ootci.runner.suite_runs import junit
+from ootci.runner.suite_runs.shard_plan import Plan
 from ootci.runner.suite_runs.suite_runner import first_failing_test
 
 
@@ -51,6 +55,19 @@ def parse_shard(text: str | None, what: str = "--shard") -> tuple[int, int]:
     if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
         raise UsageError(f"{what}: {(text or '')[:40]!r} is not K/N with 1 <= K <= N (e.g. 2/3)")
     return int(m.group(1)), int(m.group(2))
+
+
+def job_index(text: str, n: int) -> int:
+    """K of `--shard K` or `--shard K/N` with a plan of n jobs; one line for another N or a job it has not."""
+    k_text, slash, n_text = text.partition("/")
+    if not k_text.strip().isdigit() or (slash and not n_text.strip().isdigit()):
+        raise UsageError(f"--shard {text[:40]!r}: with --shard-plan, K or K/N (e.g. 2 or 2/{n})")
+    if slash and int(n_text) != n:
+        raise UsageError(f"--shard {text}: the plan has {n} jobs, not {int(n_text)}")
+    k = int(k_text)
+    if not 1 <= k <= n:
+        raise UsageError(f"--shard {text}: unknown job: the plan has jobs 1 to {n}")
+    return k
 
 
 def default_group(env: Mapping[str, str] | None = None, today: dt.date | None = None) -> str:
@@ -249,8 +266,31 @@ def _upstream_data(ran: dict[int, StageResult]) -> dict | None:
             "second_opinion_s": max(float(p.get("second_opinion_s") or 0) for p in parts)}
 
 
-def merge_group(group: Group) -> tuple[RunRecord, dict[str, list[tuple[int, Path]]]]:
-    """The merged record of one group, and for each stage the shard logs to put together."""
+def _not_reported(planned: Plan, k: int) -> list[TestResult]:
+    """The upstream tests job k of the plan should have run, as not run: its shard left no record."""
+    n = planned.n
+    return [TestResult(id=test_id, suite=UPSTREAM, outcome=Outcome.skipped,
+                       message=f"not run: shard {k}/{n} left no record (its job never reported)")
+            for piece in planned.jobs[k - 1].pieces for test_id in piece.tests]
+
+
+def _unfinished(stage: StageResult, parts: dict[int, StageResult], n: int, tests: list[TestResult]) -> list[str]:
+    """One line per upstream file whose time ran out in its shard, with how many of its tests it did not reach."""
+    lines = []
+    for k, part in sorted(parts.items()):
+        for file, entry in part.data.get("upstream", {}).get("files", {}).items():
+            if entry.get("status") != Status.timeout.value:
+                continue
+            left = [t.id for t in tests if t.suite == UPSTREAM and file_of(t.id) == file
+                    and t.outcome is Outcome.skipped and t.message.startswith("not run:")]
+            lines.append(f"upstream {file} did not finish in shard {k}/{n}: {len(left)} tests not reached"
+                         + (f" ({left[0]}, ...)" if left else ""))
+    return lines
+
+
+def merge_group(group: Group, planned: Plan | None = None) -> tuple[RunRecord, dict[str, list[tuple[int, Path]]]]:
+    """The merged record of one group, and for each stage the shard logs to put together; with the
+    plan the shards ran, the tests of a shard that left no record are in it, as not run."""
     n = group.n
     records = {k: rec for k, (_, rec) in sorted(group.shards.items())}
     dirs = {k: d for k, (d, _) in group.shards.items()}
@@ -268,10 +308,17 @@ def merge_group(group: Group) -> tuple[RunRecord, dict[str, list[tuple[int, Path
                 i = index[key]
                 if tests[i].outcome.ok and not t.outcome.ok:
                     tests[i] = t
-                problems.append(f"test {t.suite}::{t.id} ran in more than one shard (shard {k}/{n} among them)")
+                # A file that does not collect is one result under its path in every job that has a range of it.
+                if not (t.suite == UPSTREAM and t.id == file_of(t.id)):
+                    problems.append(f"test {t.suite}::{t.id} ran in more than one shard (shard {k}/{n} among them)")
                 continue
             index[key] = len(tests)
             tests.append(t)
+    for k in missing:
+        for t in _not_reported(planned, k) if planned is not None else ():
+            if (t.suite, t.id) not in index:
+                index[(t.suite, t.id)] = len(tests)
+                tests.append(t)
 
     names: list[str] = []
     for k in present:
@@ -296,6 +343,17 @@ def merge_group(group: Group) -> tuple[RunRecord, dict[str, list[tuple[int, Path
             for k in range(1, n + 1)]
         stage.data.pop("shard", None)
         stage.data.pop("unmatched_expected_failures", None)
+        if name == UPSTREAM:
+            problems += _unfinished(stage, parts, n, tests)
+            if planned is not None:
+                stage.data["shard_plan"] = {"plan": planned.digest, "jobs": n}
+                files = stage.data.setdefault("upstream", {}).setdefault("files", {})
+                for k in missing:
+                    for piece in planned.jobs[k - 1].pieces:
+                        entry = files.setdefault(piece.file, {"status": Status.missing.value, "duration_s": 0.0,
+                                                              "rerun": 0, "failed_on_cpu": 0, "tests": 0})
+                        entry["status"] = Status.missing.value
+                        entry["tests"] += len(piece.tests)
         shard_logs = [(k, dirs[k] / p.log) for k, p in sorted(parts.items()) if p.log]
         if shard_logs:
             logs[name] = shard_logs
@@ -313,6 +371,11 @@ def merge_group(group: Group) -> tuple[RunRecord, dict[str, list[tuple[int, Path
     for k in present:
         problems += records[k].problems
     problems += [missing_message(k, n) for k in missing]
+    for k in missing:
+        pieces = planned.jobs[k - 1].pieces if planned is not None else []
+        if pieces:
+            problems.append(f"shard {k}/{n} should have run upstream " + ", ".join(p.describe() for p in pieces)
+                            + f": {sum(len(p.tests) for p in pieces)} tests, in the record as not run")
     problems = list(dict.fromkeys(problems))
 
     if records and all(r.status is Status.skipped for r in records.values()) and not missing:
@@ -352,9 +415,9 @@ def _without_shard(command: str) -> str:
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--shard":
+        elif arg in ("--shard", "--shard-plan"):
             skip = True
-        elif not arg.startswith("--shard="):
+        elif not arg.startswith(("--shard=", "--shard-plan=")):
             out.append(arg)
     return shlex.join(out)
 
@@ -380,11 +443,12 @@ def write_merged(out: Path, record: RunRecord, logs: dict[str, list[tuple[int, P
     return record_files.write(run_dir, record)
 
 
-def merge(sources: list[Path], out: Path, expect: int | None = None) -> tuple[list[RunRecord], list[str]]:
+def merge(sources: list[Path], out: Path, expect: int | None = None,
+          planned: Plan | None = None) -> tuple[list[RunRecord], list[str]]:
     groups, notes = collect(sources, expect)
     written = []
     for group in groups:
-        record, logs = merge_group(group)
+        record, logs = merge_group(group, planned if planned is not None and planned.backend == group.backend else None)
         write_merged(out, record, logs, group.n, {k: r.run_id for k, (_, r) in group.shards.items()})
         notes += [f"{group.backend}: {note}" for note in group.notes]
         written.append(record)

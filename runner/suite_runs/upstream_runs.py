@@ -48,6 +48,7 @@ from ootci.runner.manifests.manifest import Manifest, UpstreamSuite
 from ootci.runner.models import Outcome, RootCause, Status, TestResult
 from ootci.runner.records.upstream_files import SUITE, file_of
 from ootci.runner.suite_runs import classify, junit
+from ootci.runner.suite_runs.shard_plan import Part, Piece
 from ootci.runner.suite_runs.suite_runner import (
     NOT_REACHED,
     SUITES_DIR,
@@ -61,6 +62,7 @@ CPU_TWIN = "@cpu"
 """how the CPU's opinion names a test's CPU copy; kept in step with runner/suites/device_type_ids.py,
 which runs in the environment under test (a test checks the two)"""
 
+NOT_STARTED = "not run: the job's time ran out before this file started"
 INI = SUITES_DIR / "upstream" / "pytest.ini"
 PLUGIN = "ootci_upstream"
 CPU = "cpu"
@@ -103,11 +105,14 @@ def part_name(file: str) -> str:
 
 
 def spec(test_dir: Path, files: list[str], *, device: str, cwd: Path, env: dict[str, str], workers: int,
-         part: str, cpu_twins: bool = False) -> SuiteSpec:
+         part: str, cpu_twins: bool = False, piece: Piece | None = None) -> SuiteSpec:
     """A pytest run of some upstream files (paths under test_dir, PyTorch's test/): one file on the
-    device, or the second opinion."""
+    device (or a piece of it: a range of its stable ids), or the second opinion."""
+    bounds = [] if piece is None else [
+        *([f"--ootci-id-from={piece.start}"] if piece.start is not None else []),
+        *([f"--ootci-id-before={piece.before}"] if piece.before is not None else [])]
     args = ["-c", str(INI), "--rootdir", str(test_dir), "--noconftest", "-p", PLUGIN,
-            "--ootci-device-type-ids", device, *(["--ootci-cpu-twins"] if cpu_twins else []),
+            "--ootci-device-type-ids", device, *(["--ootci-cpu-twins"] if cpu_twins else []), *bounds,
             *(str(test_dir / f) for f in files)]
     return SuiteSpec(name=SUITE, cwd=cwd, pytest_args=args, workers=workers, part=part, env=env, expected=False,
                      retries=0, missing_module_hint=MISSING_MODULE_HINT)
@@ -153,7 +158,7 @@ class UpstreamRunner:
     def __init__(self, *, python: Path, manifest: Manifest, suite: UpstreamSuite, test_dir: Path,
                  junit_dir: Path, cwd: Path, log: Path | None, deadline: float, env: dict[str, str],
                  torch_version: str | None, workers: int, parallel: int = 1, shard: str | None = None,
-                 on_line=None):
+                 part: Part | None = None, on_line=None):
         self.python = python
         self.manifest = manifest
         self.suite = suite
@@ -169,6 +174,8 @@ class UpstreamRunner:
         self.parallel = max(1, parallel)
         """files run at once"""
         self.shard = shard
+        self.part = part
+        """a planned shard's files and ranges (`--shard-plan`): the files are not hashed by test then"""
         self.on_line = on_line
         self.device = manifest.device
         self.selection = device_selection(self.device, torch_version)
@@ -204,8 +211,11 @@ class UpstreamRunner:
         runner = self._runner(min(self.deadline, start + self.suite.timeout), log=self._file_log(file))
         run = runner.run(spec(self.test_dir, [file], device=self.device, cwd=self.cwd,
                               env=environment(self.selection, self.suite), workers=self.workers,
-                              part=part_name(file)), only)
+                              part=part_name(file), piece=self._piece(file)), only)
         return run, time.monotonic() - start
+
+    def _piece(self, file: str) -> Piece | None:
+        return self.part.piece(file) if self.part is not None else None
 
     def _file_log(self, part: str) -> Path | None:
         if self.log is None:
@@ -230,7 +240,7 @@ class UpstreamRunner:
             log.parent.mkdir(parents=True, exist_ok=True)
         return SuiteRunner(python=self.python, manifest=self.manifest, junit_dir=self.junit_dir,
                            log=log or self.log, deadline=deadline, on_line=self.on_line, env=self.base_env,
-                           torch_version=self.torch_version, shard=self.shard)
+                           torch_version=self.torch_version, shard=None if self.part is not None else self.shard)
 
     def _second_opinion(self, on_device: dict[str, SuiteRun]) -> tuple[dict[str, TestResult], dict[str, TestResult]]:
         """(test id -> its re-run on the device, test id -> its failure on CPU) for the failing tests;
@@ -278,6 +288,12 @@ class UpstreamRunner:
         timed_out = on_device.status is Status.timeout
         results = [self._classify(r, again.get(r.id), on_cpu.get(r.id), timed_out=timed_out)
                    for r in on_device.results]
+        piece = self._piece(file)
+        if timed_out and not results and piece is not None:
+            # The time ran out before the file collected: the plan names the tests it did not reach.
+            results = [TestResult(id=i, suite=SUITE, outcome=Outcome.skipped, message=NOT_STARTED) for i in piece.tests]
+        # A range of a split file may hold no test tonight; a whole file must hold some.
+        empty_ok = bool(self.shard) if self.part is None else piece is not None and not piece.whole
         run = FileRun(file, results, [f"upstream {file}: {p.removeprefix(f'suite {SUITE!r}: ')}"
                                       for p in on_device.problems],
                       duration_s=round(took, 3), rerun=sum(1 for r in on_device.results if r.id in again),
@@ -285,9 +301,9 @@ class UpstreamRunner:
         bad = [r for r in results if not r.outcome.ok]
         if timed_out and not bad:
             run.status = Status.timeout
-        elif bad or run.problems or (not results and not self.shard):
+        elif bad or run.problems or (not results and not empty_ok):
             run.status = Status.failed
-        if not results and not run.problems and not self.shard:
+        if not results and not run.problems and not empty_ok:
             run.problems.append(f"upstream {file}: reported no tests")
         # pytest stopping outside any test says more than the tests it left unrun.
         run.root_cause = on_device.root_cause if run.problems else first_failing_test(results)

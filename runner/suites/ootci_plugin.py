@@ -24,6 +24,8 @@ What it adds to a pytest session:
 - sharding (`--ootci-shard K/N`): every shard collects the whole suite and keeps only
   the tests whose node id hashes to shard K (`shard_of`: blake2b of "suite::nodeid",
   mod N), so N machines each run about 1/N of it and together run all of it once;
+- a range of ids (`--ootci-id-from`, `--ootci-id-before`): the tests whose id sorts in
+  [FROM, BEFORE), a piece of a file split between the jobs of a planned shard;
 - crash isolation by fork (`--ootci-fork N`): this process imports torch and the
   backend and collects, but runs no test: N forked children run the tests (child k
   every N-th), and a child that crashes or hangs is recorded against the test in
@@ -104,6 +106,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ootci-exclude", default="", help="file of test ids: do not run these")
     group.addoption("--ootci-shard", default="", metavar="K/N",
                     help="run only the tests of shard K of N (a stable hash of suite and node id)")
+    group.addoption("--ootci-id-from", default=None, metavar="ID",
+                    help="run only the tests whose id sorts at or after ID (a range of a planned shard)")
+    group.addoption("--ootci-id-before", default=None, metavar="ID",
+                    help="run only the tests whose id sorts before ID (a range of a planned shard)")
     group.addoption("--ootci-fork", type=int, default=0, metavar="N",
                     help="run the tests in N forked children, each crash costing a fork (0: in this process)")
     group.addoption("--ootci-device-type-ids", default="", metavar="DEVICE",
@@ -303,13 +309,15 @@ class _State:
         shard = config.getoption("ootci_shard")
         k, n = parse_shard(shard) if shard else (1, 1)
         suite = config.getoption("ootci_suite") or ""
-        if only or exclude or n > 1:
+        start, before = config.getoption("ootci_id_from"), config.getoption("ootci_id_before")
+        if only or exclude or n > 1 or start is not None or before is not None:
             kept: list[pytest.Item] = []
             dropped: list[pytest.Item] = []
             for item in items:
                 test_id = self.ids(item.nodeid)
                 wanted = ((not only or test_id in only) and test_id not in exclude
-                          and (n == 1 or shard_of(suite, test_id, n) == k))
+                          and (n == 1 or shard_of(suite, test_id, n) == k)
+                          and (start is None or test_id >= start) and (before is None or test_id < before))
                 (kept if wanted else dropped).append(item)
             if dropped:
                 config.hook.pytest_deselected(items=dropped)

@@ -5,6 +5,7 @@ repository posing as PyTorch at the commit the torch's version.py names, run on 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +14,11 @@ import pytest
 
 from ootci.runner.core import procs
 from ootci.runner.manifests.known_failures import load as load_known
-from ootci.runner.models import Outcome, Status
+from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
+from ootci.runner.models import TestResult as Result
 from ootci.runner.records import record_files
 from ootci.runner.records.upstream_files import summarize
+from ootci.runner.suite_runs import shard_plan
 from ootci.runner.torch_supply import envs
 from tests.support import fake_upstream
 from tests.support.cli import ootci
@@ -233,3 +236,83 @@ def test_a_backend_that_breaks_import_torch_is_the_cause_not_upstream(make_env, 
     assert ops.outcome is Outcome.error and "Failed to load the backend extension: torch_raises" in ops.message
     assert tests[fake_upstream.BROKEN_FILE].outcome is Outcome.upstream
 
+
+
+# -- a planned shard: a generated file split between two jobs and merged back -----------------
+
+GENERATED = "test_gen_ops.py"
+GEN = f"{GENERATED}::TestGenOps::"
+GENERATED_TESTS = 24
+GENERATED_FAILING = (3, 20)
+
+
+def generated_file(tests: int, failing: tuple[int, ...]) -> str:
+    """A device-generic file of `tests` tests made in a loop, as PyTorch's generated ones are: an op
+    each, with the backend's own failure (a wrong result on the device only) where `failing` says."""
+    return fake_upstream.HEADER + f'''
+
+class TestGenOps(TestCase):
+    pass
+
+
+def _make(i, wrong_off_cpu):
+    @dtypes(torch.float32)
+    def test(self, device, dtype):
+        got = (torch.full((4,), float(i), device=device, dtype=dtype) + 1).cpu()
+        expected = float(i + 1) + (1 if wrong_off_cpu and torch.device(device).type != "cpu" else 0)
+        self.assertEqual(got, torch.full((4,), expected, dtype=dtype))
+    return test
+
+
+for _i in range({tests}):
+    setattr(TestGenOps, f"test_op{{_i:03d}}", _make(_i, _i in {failing!r}))
+
+instantiate_device_type_tests(TestGenOps, globals())
+
+if __name__ == "__main__":
+    run_tests()
+'''
+
+
+def test_a_file_split_across_two_jobs_runs_each_range_once_and_merges_back(first_night, tmp_path):
+    folder = tmp_path / "test"
+    folder.mkdir()
+    (folder / GENERATED).write_text(generated_file(GENERATED_TESTS, GENERATED_FAILING))
+    manifest = _manifest(tmp_path / "backend", [GENERATED])
+    # A recorded night of the file: skewed times, the later tests slower.
+    ids = [f"{GEN}test_op{i:03d}_openreg_float32" for i in range(GENERATED_TESTS)]
+    night = RunRecord(run_id="openreg-upstream-20261201T031700Z-000001", backend="openreg-upstream",
+                      device="openreg", torch=TorchInfo(spec="installed"), trigger="nightly",
+                      started_at=dt.datetime(2026, 12, 1, 3, 17, tzinfo=dt.UTC), status=Status.passed,
+                      stages=[StageResult(name="upstream", status=Status.passed, counts={"passed": len(ids)})],
+                      tests=[Result(id=i, suite="upstream", outcome=Outcome.passed, duration_s=1.0 + (n % 6) ** 2)
+                             for n, i in enumerate(ids)])
+    record_files.write(tmp_path / "history" / night.run_id, night)
+    plan = tmp_path / "plan.json"
+    planned_out = ootci("shards", "plan", str(manifest), "--minutes", "60", "--jobs", "2",
+                        "--history", str(tmp_path / "history"), "--out", str(plan))
+    assert planned_out.returncode == 0, planned_out.stderr
+    planned = shard_plan.read(plan)
+    [first], [second] = (job.pieces for job in planned.jobs)
+    assert (first.file, second.file) == (GENERATED, GENERATED) and first.before == second.start
+    shards = []
+    for k, piece in ((1, first), (2, second)):
+        done, record, tests = _upstream(first_night.env, manifest, tmp_path / f"job{k}", "--upstream-tests",
+                                        str(folder), "--shard-plan", str(plan), "--shard", str(k),
+                                        "--shard-group", "split-1")
+        assert record.shard == f"{k}/2", done.stdout + done.stderr
+        # The job collected and ran its own range only.
+        assert sorted(tests) == piece.tests, done.stdout
+        assert record.stage("upstream").data["shard_plan"]["pieces"] == [
+            {"file": GENERATED, "start": piece.start, "before": piece.before}]
+        shards.append(tmp_path / f"job{k}")
+    done = ootci("shards", "merge", *map(str, shards), "--out", str(tmp_path / "merged"), "--plan", str(plan))
+    assert done.returncode == 0, done.stdout + done.stderr
+    [merged_dir] = (tmp_path / "merged").iterdir()
+    merged = record_files.read(merged_dir / "record.json")
+    outcomes = {t.id: t.outcome for t in merged.tests}
+    assert sorted(outcomes) == ids  # every test once, none twice
+    assert {i for i, o in outcomes.items() if o is Outcome.failed} == {ids[i] for i in GENERATED_FAILING}
+    stage = merged.stage("upstream")
+    assert stage.data["upstream"]["files"][GENERATED]["tests"] == GENERATED_TESTS
+    assert not [p for p in merged.problems if "left no record" in p or "did not finish" in p]

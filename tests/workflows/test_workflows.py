@@ -1232,25 +1232,74 @@ def test_backend_runs_one_job_per_shard_and_merges_them_only_when_sharded():
     assert backend["on"]["workflow_call"]["inputs"]["shards"] == {**backend["on"]["workflow_call"]["inputs"]["shards"],
                                                                   "type": "number", "default": 1}
     run, merge = backend["jobs"]["run"], backend["jobs"]["merge"]
+    unplanned = {"plan": {"result": "success", "outputs": {}}}  # the plan job runs no step without shard-minutes
     for n in (1, 3, 16):
-        assert evaluate(run["strategy"]["matrix"]["shard"], inputs={"shards": n}) == list(range(1, n + 1))
-        assert evaluate(merge["if"].replace("!cancelled() && ", ""), inputs={"shards": n}) is (n > 1)
-    assert merge["needs"] == "run" and "!cancelled()" in merge["if"]  # merges what the shards that ran left
+        assert evaluate(run["strategy"]["matrix"]["shard"], inputs={"shards": n}, needs=unplanned) == list(
+            range(1, n + 1))
+        assert evaluate(merge["if"].replace("!cancelled() && ", ""), inputs={"shards": n}, needs=unplanned) is (n > 1)
+    assert merge["needs"] == ["plan", "run"] and "!cancelled()" in merge["if"]  # merges what the shards that ran left
     assert run["strategy"]["fail-fast"] is False  # a shard that fails must not cancel the others
     [suites] = [s for s in run["steps"] if s.get("uses") == "$/actions/run-suites"]
-    assert evaluate(suites["with"]["shard"], inputs={"shards": 3}, matrix={"shard": 2}) == "2/3"
-    assert evaluate(suites["with"]["shard"], inputs={"shards": 1}, matrix={"shard": 1}) == ""
+    assert evaluate(suites["with"]["shard"], inputs={"shards": 3}, matrix={"shard": 2}, needs=unplanned) == "2/3"
+    assert evaluate(suites["with"]["shard"], inputs={"shards": 1}, matrix={"shard": 1}, needs=unplanned) == ""
     assert suites["with"]["shard-group"] == "${{ steps.shard-group.outputs.id }}"
     # The merge expects all N: a shard whose job died is missing tests in the record, never a pass.
     [merging] = [s for s in merge["steps"] if "ootci shards merge" in s.get("run", "")]
-    assert '--expect "$EXPECT"' in merging["run"] and merging["env"]["EXPECT"] == "${{ inputs.shards }}"
+    assert '--expect "$EXPECT"' in merging["run"]
+    assert evaluate(merging["env"]["EXPECT"], inputs={"shards": 3}, needs=unplanned) == 3
+
+
+def test_with_shard_minutes_the_plan_jobs_output_feeds_the_matrix_the_shards_and_the_merge(tmp_path):
+    """The plan job's step run for real (`ootci shards plan --github-output`), and what the run and merge
+    jobs make of its outputs."""
+    backend = load(BACKEND)
+    assert backend["on"]["workflow_call"]["inputs"]["shard-minutes"]["default"] == 0
+    plan, run, merge = backend["jobs"]["plan"], backend["jobs"]["run"], backend["jobs"]["merge"]
+    assert run["needs"] == "plan" and "if" not in plan  # the run job needs it either way
+    [step] = [s for s in plan["steps"] if s.get("id") == "plan"]
+    inputs = {"backend": "openreg", "shards": 1, "shard-minutes": 25, "artifact-suffix": ""}
+    env = {name: re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(m.group(1), inputs=inputs,
+                                                                   github={"run_attempt": 2})), value)
+           for name, value in step["env"].items()}
+    output = tmp_path / "github-output"
+    done = subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], capture_output=True, text=True,
+                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "RUNNER_TEMP": str(tmp_path),
+                               "GITHUB_OUTPUT": str(output), **env})
+    assert done.returncode == 0, done.stderr
+    # No history yet (the data branch's first night): OpenReg's four files at their 600 s limit, two jobs.
+    assert "no recorded times for openreg" in done.stderr
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert outputs["shards"] == "[1, 2]" and outputs["jobs"] == "2" and outputs["artifact"] == "ootci-plan-openreg-2"
+    assert json.loads(outputs["matrix"])["include"][1] == {"shard": 2, "shards": 2, "expected_min": 20.0}
+    assert (tmp_path / "ootci-plan" / "shard-plan.json").is_file()
+    needs = {"plan": {"result": "success", "outputs": outputs}}
+    assert evaluate(run["strategy"]["matrix"]["shard"], inputs=inputs, needs=needs) == [1, 2]
+    assert evaluate(run["name"], inputs=inputs, needs=needs, matrix={"shard": 2}) == "openreg (shard 2/2)"
+    [suites] = [s for s in run["steps"] if s.get("uses") == "$/actions/run-suites"]
+    assert evaluate(suites["with"]["shard"], inputs=inputs, matrix={"shard": 2}, needs=needs) == "2/2"
+    assert evaluate(suites["with"]["shard-plan"], inputs=inputs, needs=needs, runner={"temp": "/t"}) == (
+        "/t/ootci-plan/shard-plan.json")
+    downloads = [s for job in (run, merge) for s in job["steps"]
+                 if s.get("uses", "").startswith("actions/download-artifact") and "plan" in s["with"].get("name", "")]
+    assert len(downloads) == 2 and all(evaluate(d["with"]["name"], needs=needs) == "ootci-plan-openreg-2"
+                                       for d in downloads)
+    assert evaluate(merge["if"].replace("!cancelled() && ", ""), inputs=inputs, needs=needs) is True
+    assert evaluate(merge["if"].replace("!cancelled() && ", ""), inputs=inputs,
+                    needs={"plan": {"result": "failure", "outputs": {}}}) is False
+    [merging] = [s for s in merge["steps"] if "ootci shards merge" in s.get("run", "")]
+    assert evaluate(merging["env"]["EXPECT"], inputs=inputs, needs=needs) == "2"
+    assert evaluate(merging["env"]["PLAN"], inputs=inputs, needs=needs, runner={"temp": "/t"}) == (
+        "/t/ootci-plan/shard-plan.json")
+    assert '${PLAN:+--plan "$PLAN"}' in merging["run"]
+    # Without shard-minutes the plan job runs no step.
+    assert all(evaluate(s["if"], inputs={"shards": 3}) is False for s in plan["steps"])
 
 
 def test_backend_outputs_name_the_merged_record_when_sharded_and_the_runs_otherwise():
     outputs = load(BACKEND)["on"]["workflow_call"]["outputs"]
 
-    def output(name: str, shards: int, run: dict, merge: dict) -> str:
-        return evaluate(outputs[name]["value"], inputs={"shards": shards},
+    def output(name: str, shards: int, run: dict, merge: dict, minutes: int = 0) -> str:
+        return evaluate(outputs[name]["value"], inputs={"shards": shards, "shard-minutes": minutes},
                         jobs={"run": {"outputs": run}, "merge": {"outputs": merge}})
 
     shard = {"status": "passed", "artifact": "ootci-shard-openreg-3-1"}
@@ -1260,6 +1309,9 @@ def test_backend_outputs_name_the_merged_record_when_sharded_and_the_runs_otherw
     assert output("status", 3, shard, merged) == "failed" and output("artifact", 3, shard, merged) == merged["artifact"]
     # A merge job that died before publishing: no record, never the last shard's status or artifact.
     assert output("status", 3, shard, {}) == "missing" and output("artifact", 3, shard, {}) == ""
+    # Planned (shard-minutes), even into one job: the merged record.
+    assert output("status", 1, shard, merged, minutes=30) == "failed"
+    assert output("artifact", 1, shard, merged, minutes=30) == merged["artifact"]
 
 
 def test_a_job_that_died_before_publishing_is_missing_unsharded_too():
