@@ -185,10 +185,6 @@ def unplanned_shard(file: str, n: int) -> int:
     return int.from_bytes(hashlib.blake2b(file.encode(), digest_size=8).digest(), "big") % n + 1
 
 
-class PlanError(UsageError):
-    """A plan that cannot be made or read (exit 2, one line)."""
-
-
 def plan(backend: str, files: Sequence[FileTimes], *, budget_s: float, file_limit_s: float,
          overhead_s: float = 0.0, jobs: int | None = None) -> Plan:
     """Jobs for these files: as few as keep every job within budget_s (or exactly `jobs`), each file
@@ -196,20 +192,20 @@ def plan(backend: str, files: Sequence[FileTimes], *, budget_s: float, file_limi
     one file may take on the device)."""
     room = budget_s - overhead_s
     if room <= 0:
-        raise PlanError(f"--minutes {budget_s / 60:g}: every job spends {overhead_s / 60:.1f} min before and beside "
+        raise UsageError(f"--minutes {budget_s / 60:g}: every job spends {overhead_s / 60:.1f} min before and beside "
                         "the upstream files (recorded torch, build, install, autoload and suites): no time is left")
     piece_cap = min(room, file_limit_s)
     for times in files:
         if times.tests:
             slowest = max(times.tests, key=lambda i: times.tests[i])
             if times.tests[slowest] > piece_cap:
-                raise PlanError(f"--minutes {budget_s / 60:g}: {slowest} took {times.tests[slowest]:.0f} s, more than "
+                raise UsageError(f"--minutes {budget_s / 60:g}: {slowest} took {times.tests[slowest]:.0f} s, more than "
                                 f"one job can give a piece ({piece_cap:.0f} s): the budget is smaller than one test")
     total = sum(t.total_s for t in files)
     n = jobs if jobs is not None else max(1, math.ceil(total / room))
     while True:
         if n > MAX_JOBS:
-            raise PlanError(f"--minutes {budget_s / 60:g}: {n} jobs or more, more than the {MAX_JOBS} "
+            raise UsageError(f"--minutes {budget_s / 60:g}: {n} jobs or more, more than the {MAX_JOBS} "
                             "of a GitHub matrix")
         planned = _fill(files, n, piece_cap)
         worst = max(j.files_s for j in planned)
@@ -333,11 +329,11 @@ def read(path: Path, where: str = "--shard-plan") -> Plan:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise PlanError(f"{where} {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"{where} {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
-        raise PlanError(f"{where} {path}: not JSON ({exc})") from None
+        raise UsageError(f"{where} {path}: not JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("version") != PLAN_VERSION or not isinstance(data.get("jobs"), list):
-        raise PlanError(f"{where} {path}: not a plan of `ootci shards plan` (field 'version' {PLAN_VERSION} "
+        raise UsageError(f"{where} {path}: not a plan of `ootci shards plan` (field 'version' {PLAN_VERSION} "
                         "and a list 'jobs')")
     try:
         jobs = [Job(index=k, pieces=[Piece.from_data(p) for p in job["pieces"]], expected_s=float(job["expected_s"]))
@@ -347,4 +343,4 @@ def read(path: Path, where: str = "--shard-plan") -> Plan:
                     default_s=float(data.get("default_s") or 0), unseen=list(data.get("unseen", [])),
                     notes=list(data.get("notes", [])))
     except (KeyError, TypeError, ValueError) as exc:
-        raise PlanError(f"{where} {path}: field {exc} is missing or malformed") from None
+        raise UsageError(f"{where} {path}: field {exc} is missing or malformed") from None

@@ -16,6 +16,7 @@ from ootci.runner.manifests.manifest import UpstreamSuite
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
 from ootci.runner.records import record_files
+from ootci.runner.core.errors import UsageError
 from ootci.runner.suite_runs import shard_plan, shards
 from tests.support.cli import ootci
 from tests.support.records import records_under
@@ -176,7 +177,7 @@ def test_bad_input_is_one_line_each(tmp_path, history):
     assert many.returncode == 2 and many.stderr.strip().endswith("more than the 256 of a GitHub matrix")
     # One test longer than what a job can give a piece.
     times = shard_plan.FileTimes(LONG, {tid(LONG, 1): 5.0, tid(LONG, 2): 700.0})
-    with pytest.raises(shard_plan.PlanError) as err:
+    with pytest.raises(UsageError) as err:
         shard_plan.plan("openreg", [times], budget_s=3600, file_limit_s=600)
     assert err.value.message == (f"--minutes 60: {tid(LONG, 2)} took 700 s, more than one job can give a piece "
                                  "(600 s): the budget is smaller than one test")
