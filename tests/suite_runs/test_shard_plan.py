@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from ootci.runner.core.errors import UsageError
 from ootci.runner.manifests.manifest import UpstreamSuite
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
 from ootci.runner.records import record_files
-from ootci.runner.core.errors import UsageError
 from ootci.runner.suite_runs import shard_plan, shards
 from tests.support.cli import ootci
 from tests.support.records import records_under
