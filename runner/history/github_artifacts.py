@@ -60,6 +60,12 @@ T = TypeVar("T")
 class WorkflowRun:
     id: int
     created_at: dt.datetime
+    event: str = ""
+    head_branch: str = ""
+    head_repository: str = ""
+    """owner/name of the repository the run's code came from: a fork for a fork's pull request"""
+    path: str = ""
+    """the workflow file the run ran, `.github/workflows/<name>` (a PR's run of it runs the PR's copy)"""
 
 
 @dataclass(frozen=True)
@@ -133,11 +139,21 @@ class GitHub:
         runs: dict[int, WorkflowRun] = {}
         for item in self._pages(url, params, "workflow_runs", f"runs of {workflow}"):
             where = f"runs of {workflow}"
+            head = item.get("head_repository")
             run = WorkflowRun(id=_field(item, "id", int, where),
-                              created_at=_parse_time(item.get("created_at"), f"{where}: run {item.get('id')}"))
+                              created_at=_parse_time(item.get("created_at"), f"{where}: run {item.get('id')}"),
+                              event=str(item.get("event") or ""), head_branch=str(item.get("head_branch") or ""),
+                              head_repository=str(head.get("full_name") or "") if isinstance(head, dict) else "",
+                              path=str(item.get("path") or ""))
             # A run created while we page shifts the list: the same run may come twice.
             runs.setdefault(run.id, run)
         return list(runs.values())
+
+    def default_branch(self) -> str:
+        """The repository's default branch: the only branch whose runs a trusted reader takes."""
+        what = f"repository {self.repository}"
+        page, _ = self._retrying(what, partial(self._get_json, f"{self.api_url}/repos/{self.repository}", None, what))
+        return _field(page, "default_branch", str, what)
 
     def artifacts(self, run_id: int) -> list[Artifact]:
         """The artifacts of one workflow run (of every attempt), expired ones included."""

@@ -69,7 +69,7 @@ def test_collect_takes_each_new_record_once_across_pages_and_a_second_collect_do
     assert (into / "3011" / "openreg-20261122T0317Z-aaaaaa" / "record.json").is_file()
     assert (into / "3003" / "gaudi-hpu-20261121T0317Z-cccccc" / "logs" / "build.log").read_text() == "built\n"
     assert "expired before it was collected: ootci-run-ascend-npu-1 (3004)" in result.stdout
-    assert ("nightly.yml: 3 run(s) in the last 36 h; 4 artifact(s) collected into "
+    assert ("nightly.yml: 3 run(s) in the last 36 h; 0 not read; 4 artifact(s) collected into "
             f"{into}, 0 collected before, 1 expired, 0 refused, 0 failed") in result.stdout
     # The window went to GitHub as its `created` filter; every list was paged through.
     runs_asked = [r for r in github.api_requests if r.path.endswith("/runs")]
@@ -90,6 +90,76 @@ def test_collect_takes_each_new_record_once_across_pages_and_a_second_collect_do
     assert "0 artifact(s) collected" in again.stdout and "4 collected before" in again.stdout
     assert "0 artifact(s) collected" in fresh.stdout and "4 collected before" in fresh.stdout
     assert list((tmp_path / "fresh").iterdir()) == []
+
+
+@pytest.mark.parametrize("forged, why", [
+    ({"event": "pull_request", "head_branch": "patch-1", "head_repository": "mallory/ootci"},
+     "its event is pull_request (only schedule and workflow_dispatch runs are read)"),
+    ({"event": "schedule", "head_repository": "mallory/ootci"}, "its code came from mallory/ootci, not ootci/ootci"),
+    ({"event": "workflow_dispatch", "head_branch": "try-this"},
+     "it ran branch try-this, not the default branch main"),
+    ({"event": "push"}, "its event is push (only schedule and workflow_dispatch runs are read)"),
+    ({"event": "schedule", "path": ".github/workflows/other.yml"},
+     "it ran .github/workflows/other.yml, not .github/workflows/nightly.yml"),
+])
+def test_a_forged_nightly_record_from_a_run_that_is_no_night_of_the_default_branch_is_never_read(
+        github, tmp_path, forged, why):
+    """Issue 54, critical: a fork's PR that edits nightly.yml (`on: pull_request`) gets its own copy run,
+    whose token can upload `ootci-run-*` artifacts holding records marked `trigger: nightly`. The
+    collector listed every run of the file and took them. Now a run is read only when a trusted event
+    started it, of this repository's own code, on its default branch, running the workflow file itself;
+    anything else is named and its artifacts are never downloaded. The real night beside it still lands."""
+    github.add_run(301, NOW - dt.timedelta(hours=2))
+    github.add_artifact(301, 3011, "ootci-run-openreg-1", run_artifact("openreg-20261122T0317Z-aaaaaa"))
+    github.add_run(302, NOW - dt.timedelta(hours=1), **forged)
+    github.add_artifact(302, 3021, "ootci-run-openreg-1", fake_github.run_artifact(
+        "openreg-20261122T1100Z-ffffff", "openreg", NOW - dt.timedelta(hours=1), trigger="nightly"))
+    into, history = tmp_path / "collected", tmp_path / "history"
+    history.mkdir()
+
+    result = collect(github, into, "--history", str(history))
+
+    assert result.returncode == 0, result.stderr
+    assert f"ootci: history collect: not read: run 302: {why}" in result.stdout.splitlines()
+    assert github.downloads() == [3011]
+    assert not any("/runs/302/" in r.path for r in github.api_requests)
+    assert [p.name for p in into.iterdir()] == ["3011"]
+    assert "2 run(s) in the last 36 h; 1 not read; 1 artifact(s) collected" in result.stdout
+
+
+def test_the_default_branch_is_the_repositorys_unless_given(github, tmp_path):
+    github.add_run(301, NOW - dt.timedelta(hours=2), head_branch="release")
+    github.add_artifact(301, 3011, "ootci-run-openreg-1", run_artifact("openreg-20261122T0317Z-aaaaaa"))
+    assert "run 301: it ran branch release, not the default branch main" in collect(github, tmp_path / "a").stdout
+    given = collect(github, tmp_path / "b", "--branch", "release")
+    assert given.returncode == 0 and github.downloads() == [3011], given.stdout + given.stderr
+
+
+@pytest.mark.parametrize("name, backend, why", [
+    ("ootci-run-gaudi-hpu-1", "openreg",
+     "it holds a record of backend 'openreg', and its name is not that backend's"),
+    ("ootci-run-openreg-1", "gaudi-hpu",
+     "it holds a record of backend 'gaudi-hpu', and its name is not that backend's"),
+])
+def test_an_artifact_holding_another_backends_record_is_refused_and_the_real_one_still_lands(
+        github, tmp_path, name, backend, why):
+    """Issue 54, high: in the nightly, vendor A's code (its build, its tests) can upload artifacts into the
+    run under any name. An artifact is taken only when every record in it is of the backend its name
+    says: A's records for B under A's name, or under a name of B's, are refused, and the other artifacts
+    of the run are still collected."""
+    github.add_run(301, NOW - dt.timedelta(hours=2))
+    github.add_artifact(301, 3011, name, run_artifact("x-20261122T0317Z-ffffff", backend))
+    github.add_artifact(301, 3012, "ootci-run-openreg-2", run_artifact("openreg-20261122T0317Z-aaaaaa"))
+    into, history = tmp_path / "collected", tmp_path / "history"
+    history.mkdir()
+
+    result = collect(github, into, "--history", str(history))
+
+    assert result.returncode == 0, result.stderr
+    assert f"ootci: history collect: refused {name} (3011): {why}" in result.stdout.splitlines()
+    assert [p.name for p in into.iterdir()] == ["3012"]
+    marker = json.loads((history / "collected" / "2026-11-22" / "3011.json").read_text())
+    assert marker["outcome"] == f"refused: {why}"
 
 
 def test_what_was_collected_merges_into_the_history(github, tmp_path):

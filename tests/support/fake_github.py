@@ -1,7 +1,8 @@
 """GitHub's REST API for a workflow's runs and their artifacts, as far as `ootci history collect` uses it,
 played by a real HTTP server (pytest-httpserver on 127.0.0.1).
 
-It behaves as api.github.com does: lists paginated with a `Link: <...>; rel="next"` header (pages
+It behaves as api.github.com does: a run names its event, head branch, head repository (a fork's
+for a fork's pull request) and the workflow file it ran; lists paginated with a `Link: <...>; rel="next"` header (pages
 of `page_size` items, smaller than GitHub's so a handful of runs spans pages), runs filtered by
 `created=>=T`, every request of the API checked for `Authorization: Bearer <token>`, and an
 artifact's `archive_download_url` answering 302 with a signed URL of the artifact storage on another
@@ -26,6 +27,7 @@ from ootci.runner.models import RunRecord, StageResult, Status, TorchInfo
 REPOSITORY = "ootci/ootci"
 TOKEN = "ghs_fake-token-0123456789"
 STORAGE_HOST = "localhost"
+DEFAULT_BRANCH = "main"
 
 
 def zipped(files: dict[str, bytes | str]) -> bytes:
@@ -72,6 +74,7 @@ class FakeGitHub:
 
     def __post_init__(self):
         base = f"/repos/{REPOSITORY}/actions"
+        self.server.expect_request(f"/repos/{REPOSITORY}").respond_with_handler(self._repository)
         self.server.expect_request(f"{base}/workflows/{self.workflow}/runs").respond_with_handler(self._runs)
         self.server.expect_request(re.compile(rf"{base}/runs/\d+/artifacts")).respond_with_handler(self._artifacts)
         self.server.expect_request(re.compile(rf"{base}/artifacts/\d+/zip")).respond_with_handler(self._zip)
@@ -86,9 +89,16 @@ class FakeGitHub:
     def env(self) -> dict[str, str]:
         return {"GITHUB_API_URL": self.api_url, "GITHUB_TOKEN": TOKEN, "GITHUB_REPOSITORY": REPOSITORY}
 
-    def add_run(self, run_id: int, created_at: dt.datetime, status: str = "completed") -> None:
+    def add_run(self, run_id: int, created_at: dt.datetime, status: str = "completed", *, event: str = "schedule",
+                head_branch: str = DEFAULT_BRANCH, head_repository: str = REPOSITORY,
+                path: str | None = None) -> None:
+        """A run of the workflow; by default a night of this repository's default branch. A fork's pull
+        request that edits the workflow file runs as event pull_request, of the fork's branch and code."""
         # GitHub lists runs newest first.
-        self.runs.append({"id": run_id, "status": status, "created_at": iso(created_at), "run_attempt": 1})
+        self.runs.append({"id": run_id, "status": status, "created_at": iso(created_at), "run_attempt": 1,
+                          "event": event, "head_branch": head_branch,
+                          "head_repository": {"full_name": head_repository},
+                          "path": path or f".github/workflows/{self.workflow}"})
         self.runs.sort(key=lambda run: run["created_at"], reverse=True)
         self.artifacts.setdefault(run_id, [])
 
@@ -132,6 +142,13 @@ class FakeGitHub:
             headers["Link"] = f'<{self.server.url_for(request.path)}?{urlencode(query)}>; rel="next"'
         body = {"total_count": len(items) if total is None else total, key: chunk}
         return Response(json.dumps(body), headers=headers, content_type="application/json")
+
+    def _repository(self, request: Request) -> Response:
+        refused = self._api(request)
+        if refused:
+            return refused
+        return Response(json.dumps({"full_name": REPOSITORY, "default_branch": DEFAULT_BRANCH}),
+                        content_type="application/json")
 
     def _runs(self, request: Request) -> Response:
         refused = self._api(request)
