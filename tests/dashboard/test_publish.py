@@ -143,7 +143,33 @@ def test_a_nightly_publishes_only_its_own_trigger_and_says_what_it_refused(tmp_p
     assert merged.returncode == 0 and "2 added" in merged.stdout
 
 
+def test_the_bisections_publish_takes_bisections_and_no_run_beside_or_inside_them(tmp_path):
+    """Issue 54, high: nightly.yml's publish-bisections merged whatever its `ootci-bisect-*` artifacts held,
+    and a record.json placed beside a bisection's directory joined the history as a run. With
+    `--accept-trigger bisections` every run record is refused, named; a run inside a bisection's
+    directory (its steps) is part of the bisection, never a run of its own."""
+    from ootci.runner.models import BisectRecord
+
+    records = tmp_path / "bisections"
+    bisect_id = "bisect-openreg-20261126T031700Z-abcdef"
+    bisection = records / "ootci-bisect-openreg-1-1" / bisect_id
+    unpacked(bisection / "steps", "openreg", "stepstp", trigger="nightly")
+    (bisection / "bisect.json").write_text(BisectRecord(bisect_id=bisect_id, backend="openreg", started_at=NOW,
+                                                        good="2.13.0", bad="2.14.0").model_dump_json())
+    beside = unpacked(records / "ootci-bisect-openreg-1-1", "acme-npu", "bbbbbb", trigger="nightly")
+    into = tmp_path / "history" / "runs"
+
+    merged = ootci("history", "merge", str(records), "--into", str(into), "--accept-trigger", "bisections")
+
+    assert merged.returncode == 0, merged.stderr
+    assert (f"refused {records / 'ootci-bisect-openreg-1-1' / beside}: it is a run, and this run publishes "
+            "only bisections") in merged.stdout
+    assert sorted(p.name for p in into.iterdir() if not p.name.startswith(".")) == [bisect_id]
+    assert (into / bisect_id / "bisect.json").is_file()
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--accept-trigger", "bisections,nightly"], "--accept-trigger bisections: publishes no run"),
     (["--accept-trigger", "nightly,schedule"], "--accept-trigger: unknown trigger 'schedule'"),
     (["--accept-pr", "0"], "--accept-pr: expected a PR number, got 0"),
 ])

@@ -477,7 +477,8 @@ def test_nightly_pushes_its_bisections_as_its_publish_pushes_runs():
     # One command, as update-dashboard publishes runs: pull, merge, push, the site from the tip.
     [run] = [s for s in publish["steps"] if "run" in s]
     assert run["run"].strip() == \
-        'ootci dashboard publish "$RUNNER_TEMP/bisections" --history "$RUNNER_TEMP/history" --site site'
+        'ootci dashboard publish "$RUNNER_TEMP/bisections" --history "$RUNNER_TEMP/history" --site site' \
+        ' --accept-trigger bisections'
     assert run["env"] == {"GITHUB_TOKEN": "${{ github.token }}"}
     [download] = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
     assert download["with"]["pattern"] == "ootci-bisect-*"
@@ -628,6 +629,9 @@ def test_every_publisher_accepts_only_the_records_its_own_run_can_have_made():
     [fill] = [s for s in nightly["publish"]["steps"] if "fill-missing" in s.get("run", "")]
     assert publish_step(NIGHTLY, "publish")["accept-trigger"] == nightly["backend"]["with"]["trigger"] \
         == fill["env"]["TRIGGER"]
+    # Issue 54: the bisections' publish takes bisections and no run.
+    [bisections] = [s for s in nightly["publish-bisections"]["steps"] if "ootci dashboard publish" in s.get("run", "")]
+    assert shlex.split(bisections["run"])[-2:] == ["--accept-trigger", "bisections"]
     # The action hands them to the one command that merges and pushes.
     [step, _] = load(UPDATE_DASHBOARD)["runs"]["steps"]
     assert '${ACCEPT_TRIGGER:+--accept-trigger "$ACCEPT_TRIGGER"} ${ACCEPT_PR:+--accept-pr "$ACCEPT_PR"}' in step["run"]
