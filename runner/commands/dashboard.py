@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ootci.runner.core.errors import OutputError, UsageError
 from ootci.runner.history.merging import BISECTIONS_ONLY, TRIGGERS, Accepted
+from ootci.runner.stages.report import append_to_github_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -108,4 +109,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
         raise OutputError(f"{exc.filename or args.site}: {exc.strerror or exc}") from None
     print("\n".join(outcome.lines()))
     print(f"dashboard: {args.site / 'index.html'}")
+    # The data branch commit the site was built from: a deploy skips the site when the branch moved since.
+    append_to_github_file("GITHUB_OUTPUT", f"data-tip={outcome.data_tip}\n")
     return 0

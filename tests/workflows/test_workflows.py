@@ -247,9 +247,12 @@ def test_every_remote_action_an_act_run_meets_has_a_working_stand_in():
     assert without == {"actions/checkout", "pypa/gh-action-pypi-publish"}
 
 
+# A deploy first asks whether the data branch is still where its site was built from (issue 54: never
+# backwards), with ootci's own code and a read of the branch, and deploys only then.
+DEPLOY_STEPS = ["actions/checkout", "$/actions/setup", "ootci history tip", "actions/deploy-pages"]
 PRIVILEGED_JOBS = {
-    "deploy": ["actions/deploy-pages"],
-    "deploy-bisections": ["actions/deploy-pages"],
+    "deploy": DEPLOY_STEPS,
+    "deploy-bisections": DEPLOY_STEPS,
     "publish": ["actions/download-artifact", "pypa/gh-action-pypi-publish"],
     # The relay authenticates a report by the OIDC token of the job that sends it.
     "relay-start": ["actions/checkout", "$/actions/setup", "$/actions/relay-report"],
@@ -672,8 +675,57 @@ def test_collect_runs_on_its_own_schedule_with_least_privilege():
     assert doc["permissions"] == {}
     collect, deploy = doc["jobs"]["collect"], doc["jobs"]["deploy"]
     assert collect["permissions"] == {"actions": "read", "contents": "write"}
-    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
     assert "timeout-minutes" in collect
+
+
+DEPLOYERS = [NIGHTLY, COLLECT, REPO / ".github" / "workflows" / "pytorch-pr.yml"]
+
+
+def deploy_jobs() -> list[tuple[str, str, dict, dict]]:
+    """(workflow, job name, the job, the publisher job it deploys the site of) of every Pages deploy."""
+    found = []
+    for path in DEPLOYERS:
+        jobs = load(path)["jobs"]
+        for name, job in jobs.items():
+            if any(s.get("uses", "").startswith("actions/deploy-pages@") for s in job.get("steps", [])):
+                found.append((path.name, name, job, jobs[job["needs"]]))
+    return found
+
+
+def test_deploys_are_served_one_at_a_time_first_in_first_out():
+    """Issue 54: four deployers shared `ootci-pages` with GitHub's default queue, which keeps one pending
+    job and cancels it for a newer one: a PR run's deploy cancelled the night's. `queue: max` keeps every
+    waiting deploy, first in, first out (actionlint knows the key: test_actionlint_with_shellcheck_reports_nothing)."""
+    found = deploy_jobs()
+    assert len(found) == 4
+    for workflow, name, job, _ in found:
+        assert job["concurrency"] == {"group": "ootci-pages", "cancel-in-progress": False, "queue": "max"}, \
+            f"{workflow}/{name}"
+
+
+def test_a_deploy_skips_a_site_built_from_a_tip_the_data_branch_has_moved_past():
+    """Issue 54: served in order, a deploy could still put a site built from an older tip over a newer
+    one (a PR's publish built before the night pushed, deployed after). Each publisher says the commit
+    its site was built from, and its deploy deploys only while the branch is still there (the command
+    itself: tests/dashboard/test_publish.py::test_a_deploy_skips_a_site_the_data_branch_has_moved_past)."""
+    for workflow, name, job, publisher in deploy_jobs():
+        [tip] = [s for s in job["steps"] if s.get("id") == "tip"]
+        [deploy] = [s for s in job["steps"] if s.get("id") == "deploy"]
+        assert job["steps"].index(tip) < job["steps"].index(deploy)
+        assert shlex.split(tip["run"]) == ["ootci", "history", "tip", "--branch", "ootci-data", "--built", "$BUILT"]
+        assert tip["env"]["BUILT"] == f"${{{{ needs.{job['needs']}.outputs.data-tip }}}}", f"{workflow}/{name}"
+        for current, deploys in (("true", True), ("false", False)):
+            assert runs_when(deploy["if"], "success", steps={"tip": {"outputs": {"current": current}}}) is deploys
+        # The publisher's output is the commit its site was built from.
+        source = publisher["outputs"]["data-tip"]
+        assert source in ("${{ steps.dashboard.outputs.data-tip }}", "${{ steps.tip.outputs.commit }}"), workflow
+        step_id = source.split(".")[1]
+        [built_by] = [s for s in publisher["steps"] if s.get("id") == step_id]
+        text = built_by.get("run", "") + built_by.get("uses", "")
+        assert "ootci dashboard publish" in text or "update-dashboard" in text or "ootci history pull" in text
+    [step] = [s for s in load(UPDATE_DASHBOARD)["runs"]["steps"] if s.get("id") == "publish"]
+    assert load(UPDATE_DASHBOARD)["outputs"]["data-tip"]["value"] == "${{ steps.publish.outputs.data-tip }}"
 
 
 def test_collect_waits_for_no_other_collector_and_loses_nothing_when_github_drops_a_pending_one():
@@ -682,7 +734,6 @@ def test_collect_waits_for_no_other_collector_and_loses_nothing_when_github_drop
     doc = load(COLLECT)
     assert doc["concurrency"] == {"group": "ootci-collect", "cancel-in-progress": False}
     assert "concurrency" not in doc["jobs"]["collect"]
-    assert doc["jobs"]["deploy"]["concurrency"] == {"group": "ootci-pages", "cancel-in-progress": False}
     for path in [NIGHTLY, REPO / ".github" / "workflows" / "pytorch-pr.yml"]:
         assert "ootci-collect" not in path.read_text(), "only the collector may wait in this group"
 
