@@ -1444,16 +1444,23 @@ def rendered_with(value: str, outputs: dict[str, str]) -> list[str]:
 
 def test_backend_keeps_the_runs_one_torch_layer_saved_by_trusted_runs_and_restored_by_pr_runs(tmp_path):
     """Issue 43: the cached paths were all of $OOTCI_CACHE/torch and /wheels, so a runner that keeps its
-    cache saved every layer it ever built each night; and a layer was ready only when every old one was."""
-    run = load(BACKEND)["jobs"]["run"]
+    cache saved every layer it ever built each night; and a layer was ready only when every old one was.
+    Issue 54: the layer is made and saved by the `layer` job (torch alone, no vendor or PR code), and a
+    PR run restores exactly its key, never a prefix of it."""
+    jobs = load(BACKEND)["jobs"]
+    run, layer = jobs["run"], jobs["layer"]
     steps = {s.get("id"): s for s in run["steps"]}
     key_step = steps["cache-key"]
-    assert evaluate(key_step["if"], inputs={"cache": True, "python": ""}, env={}) is True
-    assert evaluate(key_step["if"], inputs={"cache": False, "python": ""}, env={}) is False  # the input
-    assert evaluate(key_step["if"], inputs={"cache": True, "python": "/usr/bin/python3"}, env={}) is False
-    # The trigger the key is made for is the one `ootci run` records.
+    pr_env, trusted_env = {"OOTCI_TRUST": "pr"}, {"OOTCI_TRUST": "trusted"}
+    assert evaluate(key_step["if"], inputs={"cache": True, "python": ""}, env=pr_env) is True
+    assert evaluate(key_step["if"], inputs={"cache": True, "python": ""}, env=trusted_env) is False
+    assert evaluate(key_step["if"], inputs={"cache": False, "python": ""}, env=pr_env) is False  # the input
+    assert evaluate(key_step["if"], inputs={"cache": True, "python": "/usr/bin/python3"}, env=pr_env) is False
+    # The trigger the key is made for is the one `ootci run` records; the layer job's the same.
     [suites] = [s for s in run["steps"] if s.get("uses") == "$/actions/run-suites"]
-    assert key_step["env"]["TRIGGER"] == suites["with"]["trigger"]
+    [layer_key] = [s for s in layer["steps"] if s.get("id") == "cache-key"]
+    assert key_step["env"]["TRIGGER"] == suites["with"]["trigger"] == layer_key["env"]["TRIGGER"]
+    assert layer_key["run"] == key_step["run"]
 
     env = {"OOTCI_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path)}
     nightly = cache_step_outputs({"trigger": ""}, "schedule", env)
@@ -1462,18 +1469,54 @@ def test_backend_keeps_the_runs_one_torch_layer_saved_by_trusted_runs_and_restor
     assert nightly == manual and Path(nightly["torch-path"]).parent == tmp_path / "cache" / "torch"
     assert nightly["torch-key"].endswith(Path(nightly["torch-path"]).name)  # the one layer directory
 
-    restores = [s for s in run["steps"] if "actions/cache/restore@" in s.get("uses", "")]
-    saves = [s for s in run["steps"] if "actions/cache/save@" in s.get("uses", "")]
-    assert [s["id"] for s in restores] == ["layer-cache"] and len(saves) == 1
-    [restore], [save] = restores, saves
-    # A PR run restores the nightly's layer, read-only, at the same path (actions/cache keys by it).
-    assert rendered_with(restore["with"]["restore-keys"], pr) == [nightly["torch-key"]]
+    assert not [s for s in run["steps"] if "actions/cache/save@" in s.get("uses", "")]
+    [restore] = [s for s in run["steps"] if "actions/cache/restore@" in s.get("uses", "")]
+    # A PR run restores the nightly's layer, read-only, at the same path (actions/cache keys by it): exactly.
+    assert "restore-keys" not in restore["with"] and "lookup-only" not in restore["with"]
+    assert rendered_with(restore["with"]["key"], pr) == [nightly["torch-key"]]
     assert rendered_with(restore["with"]["path"], pr) == [nightly["torch-path"]]
-    # Saved under the key that was looked up, from the same path, only when it was not there.
-    assert save["with"] == {"path": restore["with"]["path"], "key": restore["with"]["key"]}
+    # The layer job saves under the key it looked up, from the same path, only when it was not there.
+    [lookup] = [s for s in layer["steps"] if "actions/cache/restore@" in s.get("uses", "")]
+    [save] = [s for s in layer["steps"] if "actions/cache/save@" in s.get("uses", "")]
+    assert lookup["with"]["lookup-only"] is True
+    assert save["with"] == {"path": lookup["with"]["path"], "key": lookup["with"]["key"]}
+    assert rendered_with(save["with"]["key"], nightly) == [nightly["torch-key"]]
     assert "steps.layer-cache.outputs.cache-hit != 'true'" in save["if"] and "always()" not in save["if"]
     # Under act too (tests/workflows/test_workflows_act*.py read what the stand-in cache saved).
-    assert not any("ACT" in s["if"] for s in restores + saves)
+    assert not any("ACT" in s["if"] for s in (restore, lookup, save))
+
+
+VENDOR_CODE = ("$/actions/run-suites", "$/actions/build-backend", "ootci run ", 'ootci bisect "$BACKEND"',
+               "ootci shards merge")
+
+
+def runs_vendor_code(job: dict) -> bool:
+    """Whether a job runs a backend's build or tests (a vendor's code, or a PR's torch with it)."""
+    return "container" in job or any(s.get("uses", "").startswith(VENDOR_CODE) or
+                                     any(c in s.get("run", "") for c in VENDOR_CODE) for s in job.get("steps", []))
+
+
+def test_no_job_that_runs_a_backends_build_or_tests_can_write_the_cache_and_no_job_that_saves_runs_one():
+    """Issue 54: the nightly's backend jobs ran the vendor's build and tests with the schedule's
+    read-write cache token and no cache-mode, and saved the torch layer after them: vendor A's code could
+    plant tonight's layer, or this week's ccache, for every PR build to restore. Every job that runs a
+    backend's build or tests (or sits in a vendor's container) is `cache-mode: read`, which GitHub
+    enforces; every job with a save step runs none of it."""
+    checked = 0
+    for path in WORKFLOWS:
+        doc = load(path)
+        for name, job in doc["jobs"].items():
+            if "uses" in job:
+                continue
+            saves = [s for s in job.get("steps", []) if s.get("uses", "").startswith(("actions/cache/save@",
+                                                                                       "actions/cache@"))]
+            if runs_vendor_code(job):
+                checked += 1
+                assert job.get("cache-mode", doc.get("cache-mode")) == "read", f"{path.name}/{name}"
+                assert not saves, f"{path.name}/{name} saves to the cache"
+            if saves:
+                assert not runs_vendor_code(job), f"{path.name}/{name}"
+    assert checked >= 3  # backend.yml's run and merge, bisect.yml's bisect
 
 
 # -- GitHub as it really runs the workflows (issue 22): rules act cannot show ---------------------
@@ -1652,12 +1695,12 @@ def test_no_trusted_run_restores_anything_a_pr_could_have_written(event):
             trust = job_env(job, event, inputs)["OOTCI_TRUST"]
             runs = step_runs(job, step, event, inputs) or step_runs(job, step, event, inputs,
                                                                     runner_environment="self-hosted")
-            lookup = evaluate_template(str(step["with"].get("lookup-only", "false")),
+            lookup = evaluate_template(str(step["with"].get("lookup-only", "false")).lower(),
                                        env=job_env(job, event, inputs)) == "true"
             if trust == "trusted":
                 assert not runs or lookup, f"{path.name}/{name}: a trusted run restores {step['with']['key']}"
             else:
-                assert not lookup, f"{path.name}/{name}: a PR run only looks up {step['with']['key']}"
+                assert not runs or not lookup, f"{path.name}/{name}: a PR run only looks up {step['with']['key']}"
     # Trusted, that is: never a PR's trigger or torch, and a build only when its caller says so.
     run = load(BACKEND)["jobs"]["run"]
     assert job_env(run, event, {"trigger": "", "torch": "nightly"})["OOTCI_TRUST"] == "trusted"
@@ -1707,7 +1750,7 @@ def test_a_cache_is_saved_only_from_a_job_that_was_not_cancelled_and_a_layer_onl
         inputs = {"trigger": "", "cache": True, "python": "", "torch": "git:main", "save-cache": True}
         assert save_runs(job, step, "schedule", inputs), f"{path.name}: {step['with']}"
         assert not save_runs(job, step, "schedule", inputs, status="cancelled"), f"{path.name}: {step['with']}"
-    run = load(BACKEND)["jobs"]["run"]
+    run = load(BACKEND)["jobs"]["layer"]
     [layer] = [s for s in run["steps"] if s.get("uses", "").startswith("actions/cache/save@")]
     steps = permissive_steps(run, ready="false")
     assert not runs_when(layer["if"], "success", env={"OOTCI_TRUST": "trusted"}, github={"event_name": "schedule"},
@@ -1720,7 +1763,7 @@ def test_the_ready_check_reads_ootcis_marker_in_the_one_layer_it_would_save(tmp_
     run's layer's marker alone, whatever else the cache holds."""
     from ootci.runner.torch_supply.envs import READY_MARKER
 
-    [check] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "layer-ready"]
+    [check] = [s for s in load(BACKEND)["jobs"]["layer"]["steps"] if s.get("id") == "layer-ready"]
     torch = tmp_path / "torch"
     (torch / "an-old-half-built-layer").mkdir(parents=True)
     layer = torch / "this-runs-layer"
@@ -1841,7 +1884,9 @@ def test_every_job_on_the_vendors_runner_gets_the_vendors_container(name):
     runner: no device runtime, and the root-owned files of the container jobs before fail the checkout."""
     jobs = load(REPO / ".github" / "workflows" / name)["jobs"]
     reference = load(BACKEND)["jobs"]["run"]
-    on_vendor = {n: j for n, j in jobs.items() if j.get("runs-on") == VENDOR_RUNNER}
+    # The torch layer job runs only where no container is given (issue 54: it runs torch alone).
+    on_vendor = {n: j for n, j in jobs.items() if j.get("runs-on") == VENDOR_RUNNER
+                 and "inputs.container == ''" not in j.get("if", "")}
     assert on_vendor
     for job_name, job in on_vendor.items():
         assert job.get("container", {}).get("image") == reference["container"]["image"], job_name
