@@ -1243,17 +1243,70 @@ def test_pip_index_secret_is_optional_and_only_in_the_env_of_the_installing_step
     assert set(secrets) == {"pip-extra-index-url", "registry-username", "registry-password"}
     assert all(spec["required"] is False for spec in secrets.values())
     job = doc["jobs"]["run"]
-    using = [s.get("uses") for s in job["steps"] if "secrets." in json.dumps(s)]
-    assert using == ["$/actions/setup", "$/actions/run-suites"]
+    using = [s.get("uses") or s.get("id") for s in job["steps"] if "secrets." in json.dumps(s)]
+    assert using == ["$/actions/setup", "private-wheels", "$/actions/run-suites"]
     for step in job["steps"]:
-        if step.get("uses") in using:
-            assert step["env"] == {"PIP_EXTRA_INDEX_URL": "${{ secrets.pip-extra-index-url }}"}
+        if (step.get("uses") or step.get("id")) in using:
+            assert {k: v for k, v in step["env"].items() if "secrets." in v} == {
+                "PIP_EXTRA_INDEX_URL": step["env"]["PIP_EXTRA_INDEX_URL"]}
             assert "secrets." not in json.dumps(step.get("with", {}))
     # Outside the steps, only the container's credentials read secrets: the registry pair.
     outside = {k: v for k, v in job.items() if k != "steps"}
     assert "secrets." not in json.dumps({**outside, "container": {**outside["container"], "credentials": None}})
     assert outside["container"]["credentials"] == {"username": "${{ secrets.registry-username }}",
                                                    "password": "${{ secrets.registry-password }}"}
+
+
+def test_a_vendors_private_index_never_reaches_the_step_that_runs_a_prs_torch(tmp_path, httpserver):
+    """Issue 54: GitHub withholds secrets from forks, not from repository_dispatch; PIP_EXTRA_INDEX_URL (a
+    private index's URL, usually with a token in it) sat in the environment of run-suites, which imports the
+    PR's torch and runs its tests. In a PR run it reaches only the private-wheels step, before any PR code:
+    the backend's own packages go into a wheelhouse, and run-suites' pip finds them there, without the
+    index. A trusted run's install steps get the index as before."""
+    job = load(BACKEND)["jobs"]["run"]
+    [wheels] = [s for s in job["steps"] if s.get("id") == "private-wheels"]
+    [suites] = [s for s in job["steps"] if s.get("uses") == "$/actions/run-suites"]
+    assert job["steps"].index(wheels) < job["steps"].index(suites)
+    secrets = {"pip-extra-index-url": "https://user:token@pypi.vendor.example/simple"}
+    for event, trigger, trust in (("repository_dispatch", "pr", "pr"), ("workflow_dispatch", "pr", "pr"),
+                                  ("schedule", "", "trusted")):
+        env = job_env(job, event, {"trigger": trigger, "torch": "nightly"})
+        assert env["OOTCI_TRUST"] == trust
+        rendered = {k: str(evaluate(v, env=env, secrets=secrets, runner={"temp": "/t"}) or "")
+                    for k, v in suites["env"].items()}
+        if trust == "pr":
+            assert rendered == {"PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "/t/ootci-wheelhouse"}
+            assert runs_when(wheels.get("if"), "success", env=env)
+        else:
+            assert rendered == {"PIP_EXTRA_INDEX_URL": secrets["pip-extra-index-url"], "PIP_FIND_LINKS": ""}
+            assert not runs_when(wheels.get("if"), "success", env=env)
+
+    # The step itself, run: the backend's prebuilt package and its extra requirement come from the private
+    # index (a real HTTP server) into the wheelhouse, without their dependencies.
+    names = {"acme-npu": "acme_npu-2.13.0-py3-none-any.whl", "acme-runtime": "acme_runtime-1.0-py3-none-any.whl"}
+    for project, filename in names.items():
+        name, version = filename.split("-")[:2]
+        buffer = tmp_path / filename
+        with zipfile.ZipFile(buffer, "w") as wheel:
+            wheel.writestr(f"{name}-{version}.dist-info/METADATA",
+                           f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\nRequires-Dist: torch\n")
+            wheel.writestr(f"{name}-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n")
+            wheel.writestr(f"{name}-{version}.dist-info/RECORD", "")
+        httpserver.expect_request(f"/simple/{project}/").respond_with_data(
+            f'<a href="/files/{filename}">{filename}</a>', content_type="text/html")
+        httpserver.expect_request(f"/files/{filename}").respond_with_data(buffer.read_bytes())
+    manifest = tmp_path / "backend.toml"
+    manifest.write_text('name = "acme-npu"\ndevice = "npu"\ndistribution = "acme-npu"\nimport_name = "torch_acme"\n'
+                        'entry_point = "acme = torch_acme:_autoload"\n[source]\nrequirement = "acme-npu==2.13.0"\n'
+                        '[build]\nrecipe = "prebuilt"\nextra_requirements = ["acme-runtime"]\n')
+    done = subprocess.run(["bash", "-eo", "pipefail", "-c", wheels["run"]], capture_output=True, text=True,
+                          timeout=300, env={"PATH": f"{BIN}:/usr/bin:/bin", "RUNNER_TEMP": str(tmp_path / "t"),
+                                            "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull,
+                                            "PIP_INDEX_URL": httpserver.url_for("/simple/"),
+                                            "PIP_EXTRA_INDEX_URL": httpserver.url_for("/simple/"),
+                                            "BACKEND": str(manifest)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (tmp_path / "t" / "ootci-wheelhouse").iterdir()) == sorted(names.values())
 
 
 def test_nightly_passes_the_manifests_container_settings_from_the_matrix():
