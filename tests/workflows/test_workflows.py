@@ -2109,3 +2109,31 @@ def test_every_job_that_judges_bench_series_installs_the_perf_extra_and_no_other
                      for s in steps)
         extras = {s.get("with", {}).get("extras", "") for s in steps if s.get("uses") == "$/actions/setup"}
         assert extras == ({"perf"} if builds else extras - {"perf"}), f"{path.name}: job {name}: {extras}"
+
+
+def test_every_job_that_runs_pr_code_checks_its_runner_first_and_the_pr_path_passes_the_choice_on():
+    """Issue 54: on a self-hosted runner that is not ephemeral, or that reaches the Docker socket, PR code
+    reaches what the trusted runs use; ootci says so in one line and refuses (the command itself:
+    tests/commands/test_runner_check.py), right after ootci is installed, before any step that runs the
+    PR's code; the vendor's explicit input lets it go on."""
+    jobs = [(BACKEND, "run", ("$/actions/run-suites",)),
+            (REPO / ".github" / "workflows" / "build-torch.yml", "build", ("$/actions/get-torch",))]
+    for path, name, pr_code in jobs:
+        doc = load(path)
+        steps = doc["jobs"][name]["steps"]
+        marks = [i for i, s in enumerate(steps) if s.get("run", "").startswith("ootci runner-check")]
+        [check] = marks
+        setup = next(i for i, s in enumerate(steps) if s.get("uses") == "$/actions/setup")
+        first_pr_code = next(i for i, s in enumerate(steps) if s.get("uses", "") in pr_code)
+        assert check == setup + 1 and check < first_pr_code, f"{path.name}/{name}"
+        assert "if" not in steps[check]  # ootci decides: a trusted run or a hosted runner has nothing to check
+        allow = steps[check]["env"]["ALLOW"]
+        assert evaluate(allow, inputs={"allow-pr-on-shared-runner": True}) == "yes"
+        assert evaluate(allow, inputs={"allow-pr-on-shared-runner": False}) == ""
+        assert shlex.split(steps[check]["run"]) == ["ootci", "runner-check", "${ALLOW:+--allow-pr-on-shared-runner}"]
+        spec = doc["on"]["workflow_call"]["inputs"]["allow-pr-on-shared-runner"]
+        assert spec["type"] == "boolean" and spec["default"] is False
+    pr = load(PR)
+    assert pr["on"]["workflow_call"]["inputs"]["allow-pr-on-shared-runner"]["default"] is False
+    for job in ("torch", "backend"):
+        assert pr["jobs"][job]["with"]["allow-pr-on-shared-runner"] == "${{ inputs.allow-pr-on-shared-runner }}"
