@@ -260,7 +260,7 @@ PRIVILEGED_JOBS = {
     "relay-start": ["actions/checkout", "$/actions/setup", "$/actions/relay-report"],
     # ...and reads the nightlies it compares the PR's runs with from the data branch (read-only).
     "relay-end": ["actions/checkout", "$/actions/setup", "actions/download-artifact", "ootci history pull",
-                  "$/actions/relay-report"],
+                  'line="ootci: every backend', "$/actions/relay-report"],
 }
 
 
@@ -2137,3 +2137,25 @@ def test_every_job_that_runs_pr_code_checks_its_runner_first_and_the_pr_path_pas
     assert pr["on"]["workflow_call"]["inputs"]["allow-pr-on-shared-runner"]["default"] is False
     for job in ("torch", "backend"):
         assert pr["jobs"][job]["with"]["allow-pr-on-shared-runner"] == "${{ inputs.allow-pr-on-shared-runner }}"
+
+
+@pytest.mark.parametrize("backend, matrix, torch, conclusion", [
+    ("skipped", '{"include": []}', "success", "success"),  # every selected backend left out: nothing tested
+    ("skipped", '{"include": [{"name": "openreg"}]}', "failure", "failure"),  # the torch build failed
+    ("success", '{"include": [{"name": "openreg"}]}', "success", "success"),
+    ("failure", '{"include": [{"name": "openreg"}]}', "success", "failure"),
+])
+def test_a_pr_run_that_tested_nothing_reports_success_with_the_reason(backend, matrix, torch, conclusion):
+    """Issue 54: when every backend a PR selected is left out the backend job is skipped, and relay-end
+    reported anything but success as failure: a red check on the PyTorch PR for a run that tested nothing.
+    It is success (the relay takes no neutral), said with the reason; a backend job skipped because the
+    torch build failed is still a failure."""
+    end = load(PR)["jobs"]["relay-end"]
+    [why] = [s for s in end["steps"] if s.get("id") == "nothing-tested"]
+    [report] = [s for s in end["steps"] if s.get("uses") == "$/actions/relay-report"]
+    needs = {"backend": {"result": backend}, "plan": {"outputs": {"matrix": matrix}}, "torch": {"result": torch}}
+    said = runs_when(why["if"], "success", needs=needs)
+    steps = {"nothing-tested": {"outcome": "success" if said else "skipped"}}
+    assert evaluate(report["with"]["conclusion"], needs=needs, steps=steps) == conclusion
+    assert said is (backend == "skipped" and matrix == '{"include": []}')
+    assert "nothing was tested, reported as success" in why["run"] and "GITHUB_STEP_SUMMARY" in why["run"]
