@@ -17,6 +17,7 @@ from ootci.runner.commands.dashboard import accepted_from, add_accepted
 from ootci.runner.core.errors import OutputError, UsageError
 from ootci.runner.history import history_store
 from ootci.runner.history.data_branch import commit_of, pull, push, remote_tip
+from ootci.runner.history.github_artifacts import ATTEST_TITLE
 from ootci.runner.history.merging import merge, merge_bisections
 from ootci.runner.history.missing_runs import MISSING_WHY, fill_missing, read_matrix
 from ootci.runner.stages.report import append_to_github_file
@@ -65,6 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                             f"(default {history_store.PAGED_RUNS}: the runs the dashboard gives a page)")
     fetch.add_argument("--full", action="store_true", help="fetch the whole tip (e.g. to prune it)")
     pl.set_defaults(func=cmd_pull)
+
+    at = hsub.add_parser("attest", help="say, in this job's own annotations, the artifact it uploaded and its "
+                                        "digest (the collector takes only what the job of its backend said)")
+    at.add_argument("artifact", help="the artifact's name")
+    at.add_argument("digest", help="its SHA-256, as upload-artifact's artifact-digest output gives it")
+    at.set_defaults(func=cmd_attest)
 
     tp = hsub.add_parser("tip", help="whether the data branch is still at the commit a site was built from "
                                      "(a deploy skips a site the branch has moved past)")
@@ -161,6 +168,19 @@ def cmd_pull(args: argparse.Namespace) -> int:
     latest = None if args.full else args.latest
     print(f"ootci: history {args.checkout}: {pull(args.checkout, args.branch, args.remote, latest)}")
     append_to_github_file("GITHUB_OUTPUT", f"commit={commit_of(args.checkout)}\n")
+    return 0
+
+
+def cmd_attest(args: argparse.Namespace) -> int:
+    """A notice in this job's annotations, which no other job can write: `ootci history collect` takes an
+    `ootci-run-*` artifact only when a job of the backend its name says named it here, with this digest."""
+    digest = args.digest.removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise UsageError(f"digest: expected the 64 hexadecimal digits of a SHA-256, got {args.digest[:80]!r}")
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", args.artifact):
+        raise UsageError(f"artifact: expected an artifact name (letters, digits, '.', '_', '-'), "
+                         f"got {args.artifact[:80]!r}")
+    print(f"::notice title={ATTEST_TITLE}::{args.artifact} sha256:{digest}")
     return 0
 
 

@@ -11,7 +11,10 @@ anyone can open a pull request that edits the workflow file, and GitHub then run
 which can upload artifacts with any name and any record in them. So only runs of the workflow file
 itself, started by a trusted event (`schedule`, `workflow_dispatch`), of this repository's default
 branch and of this repository (not a fork) are read, and an artifact is taken only when every record
-in it is of the backend its name says.
+in it is of the backend its name says, and a job of that backend said, in its own annotations (which
+no other job can write), that it uploaded exactly this artifact: its name and its digest (`ootci
+history attest`, after the upload). Vendor A's code runs in the same workflow run as vendor B's and
+can upload an artifact of any name; it cannot speak for B's job.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from ootci.runner.core import atomic
 from ootci.runner.core.errors import GitError, GitHubError, UsageError
 from ootci.runner.core.git import git
-from ootci.runner.history.github_artifacts import Artifact, GitHub, RefusedArchive, WorkflowRun, extract
+from ootci.runner.history.github_artifacts import Artifact, Claim, GitHub, RefusedArchive, WorkflowRun, extract
 from ootci.runner.records import record_files
 
 LEDGER = "collected"
@@ -113,6 +116,26 @@ def backend_of_name(name: str, prefix: str, backend: str) -> bool:
     return name.startswith(f"{prefix}{backend}-")
 
 
+def job_backend(job_name: str) -> str:
+    """The backend a job is for, from its name: `backend (...) / <backend>[ (merge of N shards)]` in the
+    nightly (a called workflow's job is named `<caller job> / <job>`), the backend alone when called directly."""
+    return job_name.rsplit(" / ", 1)[-1].split(" (", 1)[0]
+
+
+def unattested(artifact: Artifact, claims: dict[str, list[Claim]], prefix: str) -> str | None:
+    """Why no job of the artifact's backend can have uploaded `artifact`, or None."""
+    said = claims.get(artifact.name, [])
+    own = [c for c in said if backend_of_name(artifact.name, prefix, job_backend(c.job))]
+    if not own:
+        others = ", ".join(sorted({c.job for c in said}))
+        by = f" (only {others} did, and its name is not that backend's)" if said else ""
+        return f"no job of its backend said it uploaded it{by}"
+    if not artifact.digest or all(c.digest != artifact.digest for c in own):
+        return (f"its digest {artifact.digest or '(none listed)'} is not the one job {own[0].job!r} said it "
+                f"uploaded ({own[0].digest})")
+    return None
+
+
 def foreign_records(unpacked: Path, name: str, prefix: str) -> str | None:
     """Why the records unpacked from the artifact `name` are not all of the backend its name says, or None."""
     runs = record_files.find_runs(unpacked)
@@ -146,6 +169,7 @@ def collect(github: GitHub, workflow: str, *, since_hours: float, into: Path, hi
             continue
         try:
             artifacts = github.artifacts(run.id)
+            claims = github.claims(run.id) if any(a.name.startswith(prefix) for a in artifacts) else {}
         except GitHubError as exc:
             outcome.failed.append(exc.message)
             continue
@@ -161,6 +185,12 @@ def collect(github: GitHub, workflow: str, *, since_hours: float, into: Path, hi
                 continue
             archive = into / f".{artifact.id}.zip"
             unpacked = into / str(artifact.id)
+            if (why := unattested(artifact, claims, prefix)) is not None:
+                # Listed, never downloaded: an artifact never changes, so it is marked and not asked again.
+                outcome.refused.append(f"{shown}: {why}")
+                if history is not None:
+                    mark(history, artifact, run, f"refused: {why}")
+                continue
             try:
                 github.download(artifact, archive)
                 extract(archive, unpacked)

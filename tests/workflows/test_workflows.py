@@ -300,6 +300,8 @@ def test_least_privilege_permissions(path):
                 f"{path.name}: job {name} may write contents"
             # Each also reads artifacts (its run's, or the nightly's for the collector), and nothing else.
             expected = {"actions": "read", "contents": "write"} if name != "prune" else {"contents": "write"}
+            if name == "collect":  # issue 54: what each nightly job said it uploaded, in its annotations
+                expected["checks"] = "read"
             assert granted == expected, f"{path.name}: job {name} writes more than contents"
 
 
@@ -321,6 +323,20 @@ def test_every_artifact_download_reads_earlier_attempts_by_run_id_with_actions_r
         if downloads:
             assert "jobs" in doc, f"{path.name}: an action cannot grant actions: read; download in the workflow"
             assert job.get("permissions", {}).get("actions") == "read", f"{path.name}: job {name} lacks actions: read"
+
+def test_the_job_that_uploads_a_record_says_its_name_and_digest_in_its_own_annotations():
+    """Issue 54: the collector takes an artifact only when the job of its backend said it uploaded it
+    (tests/history/test_collect.py); publish-results says so right after the upload, with upload-artifact's
+    digest, through `ootci history attest` (under act, whose stand-in gives no digest, it says nothing)."""
+    steps = load(REPO / "actions" / "publish-results" / "action.yml")["runs"]["steps"]
+    upload = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/upload-artifact@"))
+    attest = steps[upload + 1]
+    assert steps[upload]["id"] == "upload"
+    assert shlex.split(attest["run"]) == ["ootci", "history", "attest", "$ARTIFACT", "$DIGEST"]
+    assert attest["env"] == {"ARTIFACT": "${{ steps.summary.outputs.artifact }}",
+                             "DIGEST": "${{ steps.upload.outputs.artifact-digest }}"}
+    assert steps[upload]["with"]["name"] == attest["env"]["ARTIFACT"]
+
 
 def test_every_composite_action_step_calls_ootci():
     for path in ACTIONS:
@@ -676,7 +692,7 @@ def test_collect_runs_on_its_own_schedule_with_least_privilege():
     assert set(doc["on"]) == {"schedule", "workflow_dispatch"}
     assert doc["permissions"] == {}
     collect, deploy = doc["jobs"]["collect"], doc["jobs"]["deploy"]
-    assert collect["permissions"] == {"actions": "read", "contents": "write"}
+    assert collect["permissions"] == {"actions": "read", "checks": "read", "contents": "write"}
     assert deploy["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
     assert "timeout-minutes" in collect
 
