@@ -169,14 +169,15 @@ class FakeGitHub:
             return Response(json.dumps({"message": "Bad credentials"}), status=401, content_type="application/json")
         return self._injected_failure(request)
 
-    def _page(self, request: Request, key: str, items: list[dict], total: int | None = None) -> Response:
+    def _page(self, request: Request, key: str | None, items: list[dict], total: int | None = None) -> Response:
+        """One page of `items`, under `key` beside a total_count (None: the bare list, as check-run annotations)."""
         page = int(request.args.get("page", "1"))
         chunk = items[(page - 1) * self.page_size: page * self.page_size]
         headers = {}
         if page * self.page_size < len(items):
             query = {**request.args.to_dict(), "page": str(page + 1)}
             headers["Link"] = f'<{self.server.url_for(request.path)}?{urlencode(query)}>; rel="next"'
-        body = {"total_count": len(items) if total is None else total, key: chunk}
+        body = chunk if key is None else {"total_count": len(items) if total is None else total, key: chunk}
         return Response(json.dumps(body), headers=headers, content_type="application/json")
 
     def _repository(self, request: Request) -> Response:
@@ -218,14 +219,7 @@ class FakeGitHub:
             return refused
         job_id = int(request.path.split("/")[-2])
         found = [a for jobs in self.jobs.values() for j in jobs if j["id"] == job_id for a in j["annotations"]]
-        # GitHub answers this one with a bare list, paginated the same way.
-        page = int(request.args.get("page", "1"))
-        headers = {}
-        if page * self.page_size < len(found):
-            query = {**request.args.to_dict(), "page": str(page + 1)}
-            headers["Link"] = f'<{self.server.url_for(request.path)}?{urlencode(query)}>; rel="next"'
-        chunk = found[(page - 1) * self.page_size: page * self.page_size]
-        return Response(json.dumps(chunk), headers=headers, content_type="application/json")
+        return self._page(request, None, found)
 
     def _zip(self, request: Request) -> Response:
         refused = self._api(request)
