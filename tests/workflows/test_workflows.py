@@ -1551,6 +1551,10 @@ def test_backend_keeps_the_runs_one_torch_layer_saved_by_trusted_runs_and_restor
     assert save["with"] == {"path": lookup["with"]["path"], "key": lookup["with"]["key"]}
     assert rendered_with(save["with"]["key"], nightly) == [nightly["torch-key"]]
     assert "steps.layer-cache.outputs.cache-hit != 'true'" in save["if"] and "always()" not in save["if"]
+    # A layer that cannot be made (an index that does not answer) is not saved, and fails nothing.
+    [make] = [s for s in layer["steps"] if s.get("id") == "make"]
+    [ready] = [s for s in layer["steps"] if s.get("id") == "layer-ready"]
+    assert make["continue-on-error"] is True and "steps.make.outcome == 'success'" in ready["if"]
     # Under act too (tests/workflows/test_workflows_act*.py read what the stand-in cache saved).
     assert not any("ACT" in s["if"] for s in (restore, lookup, save))
 
