@@ -30,6 +30,8 @@ class Published:
     refused: list[str] = field(default_factory=list)
     pushed: str = "not pushed"
     site_line: str = ""
+    data_tip: str = ""
+    """the data branch commit the site was built from (empty: a history never pushed)"""
 
     def lines(self) -> list[str]:
         rejected = [f"ootci: publish: skipped {path}: its record does not load or names another run"
@@ -62,6 +64,7 @@ def publish(records: Path, history: Path, site: Path, *, branch: str, remote: st
         shutil.rmtree(tip, ignore_errors=True)
         data_branch.pull(tip, branch, remote)
         data = tip
+    outcome.data_tip = data_branch.commit_of(data) if push else ""
     runs = data / data_branch.RUNS_DIR
     runs.mkdir(parents=True, exist_ok=True)
     report = site_builder.build(runs, site, background_cleanup=True)

@@ -35,6 +35,7 @@ COMMANDS = {
     "shards": "shards",
     "cache-key": "cache_key",
     "perf": "perf",
+    "runner-check": "runner_check",
 }
 
 

@@ -57,6 +57,7 @@ PYTORCH_COMPARE = "https://github.com/pytorch/pytorch/compare/{good}...{bad}"
 PYTORCH_PULL = "https://github.com/pytorch/pytorch/pull/{pr}"
 _GITHUB_REPO = re.compile(r"^(?:https://github\.com/|git@github\.com:)([\w.-]+/[\w.-]+?)(?:\.git)?/?$")
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
+_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 @dataclass
@@ -125,21 +126,35 @@ def _read(path: Path) -> RunRecord:
         raise UsageError(f"{path}: not a run record: {str(exc).splitlines()[0][:200]}") from None
 
 
-def torch_spec_of(record: RunRecord) -> tuple[str, str | None]:
-    """The torch spec (and index) that installs again the torch a record tested."""
+def torch_spec_of(record: RunRecord) -> str:
+    """The torch spec that installs again the torch a record tested: what the record says that torch
+    *is* (a version, a PyTorch commit), never where it says it came from. A record is data anyone who
+    could upload an artifact may have written (docs/workflows.md, "The trust boundary"): a wheel URL or
+    an index URL in it would install the writer's wheel in the trusted job that bisects. The index is
+    the bisection's own (--index-url, else ootci's default for the kind of version: `trusted_index`)."""
     t = record.torch
     if t.spec == "installed":
         raise BisectError(f"run {record.run_id} tested a torch installed by hand (--python): "
                           "a bisection cannot install it again")
     if t.spec.startswith(("git:", "pr:")) and t.git_version:
-        return f"git:{t.git_version}", None
+        if not _SHA.fullmatch(t.git_version):
+            raise BisectError(f"run {record.run_id}: torch.git_version {t.git_version[:60]!r} is not a commit")
+        return f"git:{t.git_version}"  # a commit of the PyTorch repository the bisection names itself
     try:
         kind = torchspec.parse(t.spec).kind
     except TorchSpecError:
         kind = ""
-    if kind in ("version", "wheel", "url"):
-        return t.spec, t.index_url  # as pinned: a plain version shares its cached torch layer
-    return (t.dist_version or t.version or t.spec), t.index_url
+    if kind == "version":
+        return t.spec  # as pinned: a plain version shares its cached torch layer
+    spec = t.dist_version or t.version or (t.spec if kind in torchspec.KEYWORDS else "")
+    try:
+        kind = torchspec.parse(spec).kind if spec else ""
+    except TorchSpecError:
+        kind = ""
+    if kind != "version" and kind not in torchspec.KEYWORDS:
+        raise BisectError(f"run {record.run_id} tested torch {t.spec[:80]!r} and records no version of it: a "
+                          "bisection installs no wheel a record names; give --good and --bad as torch versions")
+    return spec
 
 
 def backend_commit(record: RunRecord) -> str | None:
@@ -352,12 +367,21 @@ class Bisection:
             return (self.manifest_at(given), *self.fixed_torch())
         return self.options.manifest, given, self.options.index_url
 
+    def trusted_index(self, spec: str) -> str | None:
+        """The index a torch of a record is installed from: --index-url (the registry's or the workflow's
+        input), else PyTorch's nightly index for a nightly's version, else pip's own; never the record's."""
+        if self.options.index_url:
+            return self.options.index_url
+        version = bisect_candidates.version_of(spec)
+        return torch_index.nightly_index() if version is not None and version.is_devrelease else None
+
     def fixed_torch(self) -> tuple[str, str | None]:
         """The torch a backend axis holds: --torch, else the bad run's, else the manifest's."""
         if self.options.torch:
             return self.options.torch, self.options.index_url
         if self.bad.record is not None:
-            return torch_spec_of(self.bad.record)
+            spec = torch_spec_of(self.bad.record)
+            return spec, self.trusted_index(spec)
         return self.options.manifest.ci.torch, self.options.index_url
 
     def choose_axes(self, good: RunRecord, bad: RunRecord) -> str:
@@ -378,8 +402,8 @@ class Bisection:
 
     def torch_round(self, good: RunRecord, bad: RunRecord, backend_commit_: str | None,
                     check_bad_end: bool = False) -> BisectRound:
-        (good_spec, good_index), (bad_spec, bad_index) = torch_spec_of(good), torch_spec_of(bad)
-        index = self.options.index_url or bad_index or good_index
+        good_spec, bad_spec = torch_spec_of(good), torch_spec_of(bad)
+        index = self.trusted_index(bad_spec)
         ends = [BisectCandidate(label=_torch_label(good_spec, good), spec=good_spec, commit=good.torch.git_version),
                 BisectCandidate(label=_torch_label(bad_spec, bad), spec=bad_spec, commit=bad.torch.git_version)]
         fixed = f"backend at {backend_commit_}" if backend_commit_ else "backend as in the manifest"
@@ -582,7 +606,9 @@ class Bisection:
         if result is None or result.kind == "budget":
             return None
         if done.axis == "torch" and result.kind == "cleared":
-            return self.backend_round(backend_commit(good) or "", backend_commit(bad) or "", torch_spec_of(bad))
+            spec = torch_spec_of(bad)
+            return self.backend_round(backend_commit(good) or "", backend_commit(bad) or "",
+                                      (spec, self.trusted_index(spec)))
         if (done.axis == "torch" and result.kind == "found" and self.options.commits
                 and result.last_good is not None and result.first_bad is not None):  # a found end names both
             last_good, first_bad = done.candidates[result.last_good], done.candidates[result.first_bad]

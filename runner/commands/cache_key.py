@@ -14,6 +14,10 @@ Who saves and who restores is backend.yml's trust boundary (docs/workflows.md, "
 boundary"): a trusted run (the nightly, a run by hand) only saves, a PR run only restores. The
 keys start with the trigger's class, `pr` or `main`; a PR run's restore falls back to main's key.
 
+With --make it also makes that layer (torch and nothing else installed), for backend.yml's `layer` job:
+the job that saves a layer runs no vendor or PR code, so nothing a backend's build or tests did can be
+in what it saves (docs/workflows.md, "The trust boundary").
+
 Printed as `name=value` lines, ready for $GITHUB_OUTPUT:
 
     torch-path      $OOTCI_CACHE/torch/<layer> (absolute: actions/cache keys its entries by path too)
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
+from pathlib import Path
 
 from ootci.runner.commands import torch_options
 from ootci.runner.core.errors import UsageError
@@ -45,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch spec as given to `ootci run` (default nightly; not installed)")
     p.add_argument("--trigger", default="manual", choices=TRIGGERS,
                    help="what starts the run: pr keys never meet the others' (default manual)")
+    p.add_argument("--make", action="store_true",
+                   help="also make the layer (torch alone, the way `ootci run` would), ready to be saved")
     torch_options.add_torch_source(p)
     p.set_defaults(func=cmd_cache_key)
 
@@ -82,4 +90,13 @@ def cmd_cache_key(args: argparse.Namespace) -> int:
                       torch_repo=source.torch_repo)
     for name, value in keys.items():
         print(f"{name}={value}")
+    if args.make:
+        plan = torch_acquire.plan(torchspec.parse(args.torch), index_url=source.index_url, cache=cache_root(),
+                                  torch_repo=source.torch_repo)
+        layer, reused = envs.torch_layer(plan.install_args, plan.key, cache=cache_root())
+        if layer.root.absolute() != Path(keys["torch-path"]):
+            # The key names one directory; saving another under it would restore the wrong torch.
+            raise UsageError(f"--make: {args.torch} resolved to layer {layer.root.name} after the key named "
+                             f"{Path(keys['torch-path']).name} (a new torch was published in between): run it again")
+        print(f"torch layer {layer.root}: {'already made' if reused else 'made'}", file=sys.stderr)
     return 0

@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from ootci.runner.core.errors import OutputError, UsageError
-from ootci.runner.history.merging import TRIGGERS, Accepted
+from ootci.runner.history.merging import BISECTIONS_ONLY, TRIGGERS, Accepted
+from ootci.runner.stages.report import append_to_github_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,13 +47,18 @@ def add_accepted(p: argparse.ArgumentParser) -> None:
     """--accept-trigger and --accept-pr: what the publishing workflow run can have made."""
     p.add_argument("--accept-trigger", action="append", default=[], metavar="TRIGGER[,TRIGGER]",
                    help=f"publish only records of these triggers ({', '.join(TRIGGERS)}; repeatable; default "
-                        "any): the workflow run's own; any other record is refused")
+                        f"any): the workflow run's own; any other record is refused. {BISECTIONS_ONLY}: only "
+                        "bisections, every run record is refused")
     p.add_argument("--accept-pr", type=int, metavar="N",
                    help="publish only records of PyTorch PR N, and no bisection (a PR run's publish)")
 
 
 def accepted_from(args: argparse.Namespace) -> Accepted:
     triggers = {t for given in args.accept_trigger for t in given.split(",") if t}
+    if BISECTIONS_ONLY in triggers:
+        if triggers != {BISECTIONS_ONLY} or args.accept_pr is not None:
+            raise UsageError(f"--accept-trigger {BISECTIONS_ONLY}: publishes no run, so no trigger or PR goes with it")
+        return Accepted(runs=False)
     if unknown := sorted(triggers - set(TRIGGERS)):
         raise UsageError(f"--accept-trigger: unknown trigger {unknown[0]!r} (one of {', '.join(TRIGGERS)})")
     if args.accept_pr is not None and args.accept_pr <= 0:
@@ -103,4 +109,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
         raise OutputError(f"{exc.filename or args.site}: {exc.strerror or exc}") from None
     print("\n".join(outcome.lines()))
     print(f"dashboard: {args.site / 'index.html'}")
+    # The data branch commit the site was built from: a deploy skips the site when the branch moved since.
+    append_to_github_file("GITHUB_OUTPUT", f"data-tip={outcome.data_tip}\n")
     return 0

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
 from pathlib import Path
 
 from ootci.runner.commands import history_collect
 from ootci.runner.commands.dashboard import accepted_from, add_accepted
 from ootci.runner.core.errors import OutputError, UsageError
 from ootci.runner.history import history_store
-from ootci.runner.history.data_branch import pull, push
+from ootci.runner.history.data_branch import commit_of, pull, push, remote_tip
+from ootci.runner.history.github_artifacts import ATTEST_TITLE
 from ootci.runner.history.merging import merge, merge_bisections
 from ootci.runner.history.missing_runs import MISSING_WHY, fill_missing, read_matrix
+from ootci.runner.stages.report import append_to_github_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,6 +66,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                             f"(default {history_store.PAGED_RUNS}: the runs the dashboard gives a page)")
     fetch.add_argument("--full", action="store_true", help="fetch the whole tip (e.g. to prune it)")
     pl.set_defaults(func=cmd_pull)
+
+    at = hsub.add_parser("attest", help="say, in this job's own annotations, the artifact it uploaded and its "
+                                        "digest (the collector takes only what the job of its backend said)")
+    at.add_argument("artifact", help="the artifact's name")
+    at.add_argument("digest", help="its SHA-256, as upload-artifact's artifact-digest output gives it")
+    at.set_defaults(func=cmd_attest)
+
+    tp = hsub.add_parser("tip", help="whether the data branch is still at the commit a site was built from "
+                                     "(a deploy skips a site the branch has moved past)")
+    tp.add_argument("--built", required=True, metavar="SHA",
+                    help="the data branch commit the site was built from (`history pull` and `dashboard publish` "
+                         "give it as the step output commit / data-tip)")
+    tp.add_argument("--branch", default="ootci-data", help="the data branch (default ootci-data)")
+    tp.add_argument("--remote", help="remote URL (default: $GITHUB_SERVER_URL/$GITHUB_REPOSITORY)")
+    tp.set_defaults(func=cmd_tip)
 
     pu = hsub.add_parser("push", help="commit a history checkout and push it to a branch")
     pu.add_argument("checkout", type=Path, help="git checkout of the data branch (created if it is not one)")
@@ -149,6 +167,37 @@ def cmd_pull(args: argparse.Namespace) -> int:
         raise UsageError(f"--latest: must be at least 1, not {args.latest}")
     latest = None if args.full else args.latest
     print(f"ootci: history {args.checkout}: {pull(args.checkout, args.branch, args.remote, latest)}")
+    append_to_github_file("GITHUB_OUTPUT", f"commit={commit_of(args.checkout)}\n")
+    return 0
+
+
+def cmd_attest(args: argparse.Namespace) -> int:
+    """A notice in this job's annotations, which no other job can write: `ootci history collect` takes an
+    `ootci-run-*` artifact only when a job of the backend its name says named it here, with this digest."""
+    digest = args.digest.removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise UsageError(f"digest: expected the 64 hexadecimal digits of a SHA-256, got {args.digest[:80]!r}")
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", args.artifact):
+        raise UsageError(f"artifact: expected an artifact name (letters, digits, '.', '_', '-'), "
+                         f"got {args.artifact[:80]!r}")
+    print(f"::notice title={ATTEST_TITLE}::{args.artifact} sha256:{digest}")
+    return 0
+
+
+def cmd_tip(args: argparse.Namespace) -> int:
+    """Deploys are served one at a time, in order (the Pages group's `queue: max`); a site built before
+    the branch moved would put an older history on the page after a newer one, or over it: it is
+    skipped, and the deploy of whoever moved the branch carries the newer one."""
+    if not re.fullmatch(r"[0-9a-f]{40}", args.built):
+        raise UsageError(f"--built: expected the 40 hexadecimal digits of a commit, got {args.built[:60]!r}")
+    tip = remote_tip(args.branch, args.remote)
+    current = tip == args.built
+    if current:
+        print(f"ootci: history tip: {args.branch} is still at {tip[:12]}, which the site was built from")
+    else:
+        print(f"ootci: history tip: {args.branch} moved from {args.built[:12]} to {tip[:12] or '(none)'} after this "
+              "site was built: this deploy is skipped, the deploy of whoever moved it carries the newer history")
+    append_to_github_file("GITHUB_OUTPUT", f"current={str(current).lower()}\ntip={tip}\n")
     return 0
 
 

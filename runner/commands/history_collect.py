@@ -14,6 +14,11 @@ downloads it again, and markers are new files, so concurrent pushes replay onto 
 cleanly. A partial pull (`ootci history pull`) checks out only the runs, so the markers are
 read from git's trees (names only, no file is fetched), and only the days of the window.
 Without --history, the directories already in DIR are what has been collected.
+
+Only what this repository's own workflow made on its default branch is read: a run started by any
+event but schedule or workflow_dispatch, of another branch, of a fork's code or of another workflow
+file is named and skipped, and an artifact holding a record of another backend than its name says is
+refused (runner/history/collect.py; docs/workflows.md, "The trust boundary").
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ def register(hsub: argparse._SubParsersAction) -> None:
                    help=f"the data branch checkout: artifacts marked in CHECKOUT/{LEDGER}/<day>/ are not "
                         "downloaded again, and those collected now are marked there")
     c.add_argument("--repo", metavar="OWNER/NAME", help=f"the repository (default: ${REPOSITORY_ENV})")
+    c.add_argument("--branch", metavar="NAME",
+                   help="the only branch whose runs are read (default: the repository's default branch)")
     c.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"artifact names to take (default {DEFAULT_PREFIX})")
     c.add_argument("--attempts", type=int, default=5, help="tries of each request in all (default 5)")
     c.add_argument("--backoff", type=float, default=2.0,
@@ -64,7 +71,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
                                             timeout_s=args.timeout))
     now = parse_now(args.now)
     outcome = collect(github, args.workflow, since_hours=args.since, into=args.into, history=args.history,
-                      prefix=args.prefix, now=now)
+                      prefix=args.prefix, now=now, branch=args.branch)
+    for shown in outcome.untrusted:
+        print(f"ootci: history collect: not read: {shown}")
     for shown in outcome.collected:
         print(f"ootci: history collect: {shown}")
     for shown in outcome.refused:
@@ -74,7 +83,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     for message in outcome.failed:
         print(f"ootci: history collect: failed: {message}")
     print(f"ootci: history collect: {args.workflow}: {outcome.runs} run(s) in the last {args.since:g} h; "
-          f"{len(outcome.collected)} artifact(s) collected into {args.into}, {outcome.already} collected before, "
+          f"{len(outcome.untrusted)} not read; {len(outcome.collected)} artifact(s) collected into {args.into}, "
+          f"{outcome.already} collected before, "
           f"{len(outcome.expired)} expired, {len(outcome.refused)} refused, {len(outcome.failed)} failed")
     append_to_github_file("GITHUB_OUTPUT", f"collected={len(outcome.collected)}\n")
     if outcome.failed:

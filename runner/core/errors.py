@@ -71,7 +71,8 @@ class PackageIndexError(OotciError):
 
 
 class TargetEnvironmentError(OotciError):
-    """The environment under test is unusable (no interpreter, no torch)."""
+    """The environment under test is unusable (no interpreter, no torch), or the runner it would run on
+    is unsafe for it (a PR run on a shared self-hosted runner: runner/core/runner_host.py)."""
 
     exit_code = 7
 

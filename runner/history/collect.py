@@ -5,25 +5,39 @@ the last hours, finished or not, downloads each `ootci-run-*` artifact not colle
 and unpacks it for `ootci history merge`. What has been collected is kept with the history,
 one marker file per artifact (`<history>/collected/<day>/<artifact id>.json`), committed with
 the records it brought.
+
+A record proves where it came from before it is taken (docs/workflows.md, "The trust boundary"):
+anyone can open a pull request that edits the workflow file, and GitHub then runs the PR's copy,
+which can upload artifacts with any name and any record in them. So only runs of the workflow file
+itself, started by a trusted event (`schedule`, `workflow_dispatch`), of this repository's default
+branch and of this repository (not a fork) are read, and an artifact is taken only when every record
+in it is of the backend its name says, and a job of that backend said, in its own annotations (which
+no other job can write), that it uploaded exactly this artifact: its name and its digest (`ootci
+history attest`, after the upload). Vendor A's code runs in the same workflow run as vendor B's and
+can upload an artifact of any name; it cannot speak for B's job.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ootci.runner.core import atomic
 from ootci.runner.core.errors import GitError, GitHubError, UsageError
 from ootci.runner.core.git import git
-from ootci.runner.history.github_artifacts import Artifact, GitHub, RefusedArchive, WorkflowRun, extract
+from ootci.runner.history.github_artifacts import Artifact, Claim, GitHub, RefusedArchive, WorkflowRun, extract
+from ootci.runner.records import record_files
 
 LEDGER = "collected"
 """directory of the history checkout holding a marker per collected artifact"""
 DEFAULT_PREFIX = "ootci-run-"
 DEFAULT_SINCE_HOURS = 36.0
 GIT_TIMEOUT_S = 120
+TRUSTED_EVENTS = ("schedule", "workflow_dispatch")
+"""what starts a nightly: nobody outside the repository can start either"""
 
 
 @dataclass
@@ -31,6 +45,8 @@ class Collected:
     """What one collect did, artifact by artifact (`name (id)`)."""
 
     runs: int = 0
+    untrusted: list[str] = field(default_factory=list)
+    """runs not read, each with why (`run 123: its event is pull_request`)"""
     collected: list[str] = field(default_factory=list)
     already: int = 0
     expired: list[str] = field(default_factory=list)
@@ -81,20 +97,79 @@ def mark(history: Path, artifact: Artifact, run: WorkflowRun, outcome: str) -> N
     }, indent=2) + "\n")
 
 
+def untrusted(run: WorkflowRun, *, workflow: str, repository: str, branch: str) -> str | None:
+    """Why `run` cannot have been made by this repository's own `workflow` on its default branch, or None."""
+    if run.event not in TRUSTED_EVENTS:
+        return f"its event is {run.event or 'not given'} (only {' and '.join(TRUSTED_EVENTS)} runs are read)"
+    if run.head_repository != repository:
+        return f"its code came from {run.head_repository or 'an unnamed repository'}, not {repository}"
+    if run.head_branch != branch:
+        return f"it ran branch {run.head_branch or '(none)'}, not the default branch {branch}"
+    # A file name is checked against the path the run ran; a workflow's numeric id names that file already.
+    if not workflow.isdigit() and run.path.split("@", 1)[0] != f".github/workflows/{workflow}":
+        return f"it ran {run.path or 'no workflow file'}, not .github/workflows/{workflow}"
+    return None
+
+
+def backend_of_name(name: str, prefix: str, backend: str) -> bool:
+    """Whether an artifact named `name` is one a job of `backend` uploads: `<prefix><backend>-<rest>`."""
+    return name.startswith(f"{prefix}{backend}-")
+
+
+def job_backend(job_name: str) -> str:
+    """The backend a job is for, from its name: `backend (...) / <backend>[ (merge of N shards)]` in the
+    nightly (a called workflow's job is named `<caller job> / <job>`), the backend alone when called directly."""
+    return job_name.rsplit(" / ", 1)[-1].split(" (", 1)[0]
+
+
+def unattested(artifact: Artifact, claims: dict[str, list[Claim]], prefix: str) -> str | None:
+    """Why no job of the artifact's backend can have uploaded `artifact`, or None."""
+    said = claims.get(artifact.name, [])
+    own = [c for c in said if backend_of_name(artifact.name, prefix, job_backend(c.job))]
+    if not own:
+        others = ", ".join(sorted({c.job for c in said}))
+        by = f" (only {others} did, and its name is not that backend's)" if said else ""
+        return f"no job of its backend said it uploaded it{by}"
+    if not artifact.digest or all(c.digest != artifact.digest for c in own):
+        return (f"its digest {artifact.digest or '(none listed)'} is not the one job {own[0].job!r} said it "
+                f"uploaded ({own[0].digest})")
+    return None
+
+
+def foreign_records(unpacked: Path, name: str, prefix: str) -> str | None:
+    """Why the records unpacked from the artifact `name` are not all of the backend its name says, or None."""
+    runs = record_files.find_runs(unpacked)
+    if not runs:
+        return "it holds no run record"
+    for run_dir, record in runs:
+        if record is None:
+            return f"{run_dir.relative_to(unpacked)}/{record_files.RECORD_NAME} does not load"
+        if not backend_of_name(name, prefix, record.backend):
+            return f"it holds a record of backend {record.backend!r}, and its name is not that backend's"
+    return None
+
+
 def collect(github: GitHub, workflow: str, *, since_hours: float, into: Path, history: Path | None,
-            prefix: str = DEFAULT_PREFIX, now: dt.datetime) -> Collected:
-    """Unpack into `into` every artifact named `prefix...` of the runs of `workflow` created in the
-    last `since_hours` that was not collected before. An artifact whose listing or download failed
-    is left for the next collect (it is in `failed`), the others are still collected."""
+            prefix: str = DEFAULT_PREFIX, now: dt.datetime, branch: str | None = None) -> Collected:
+    """Unpack into `into` every artifact named `prefix...` of the trusted runs of `workflow` (see
+    `untrusted`; `branch` defaults to the repository's default branch) created in the last
+    `since_hours` that was not collected before. An artifact whose listing or download failed is
+    left for the next collect (it is in `failed`), the others are still collected."""
     cutoff = now - dt.timedelta(hours=since_hours)
     known = known_ids(into, history, window_days(cutoff, now))
     into.mkdir(parents=True, exist_ok=True)
     outcome = Collected()
+    branch = branch or github.default_branch()
     runs = github.workflow_runs(workflow, cutoff)
     outcome.runs = len(runs)
     for run in runs:
+        why = untrusted(run, workflow=workflow, repository=github.repository, branch=branch)
+        if why:
+            outcome.untrusted.append(f"run {run.id}: {why}")
+            continue
         try:
             artifacts = github.artifacts(run.id)
+            claims = github.claims(run.id) if any(a.name.startswith(prefix) for a in artifacts) else {}
         except GitHubError as exc:
             outcome.failed.append(exc.message)
             continue
@@ -109,9 +184,19 @@ def collect(github: GitHub, workflow: str, *, since_hours: float, into: Path, hi
                 outcome.expired.append(shown)
                 continue
             archive = into / f".{artifact.id}.zip"
+            unpacked = into / str(artifact.id)
+            if (why := unattested(artifact, claims, prefix)) is not None:
+                # Listed, never downloaded: an artifact never changes, so it is marked and not asked again.
+                outcome.refused.append(f"{shown}: {why}")
+                if history is not None:
+                    mark(history, artifact, run, f"refused: {why}")
+                continue
             try:
                 github.download(artifact, archive)
-                extract(archive, into / str(artifact.id))
+                extract(archive, unpacked)
+                if (foreign := foreign_records(unpacked, artifact.name, prefix)) is not None:
+                    shutil.rmtree(unpacked)
+                    raise RefusedArchive(foreign)
             except GitHubError as exc:
                 outcome.failed.append(exc.message)
                 continue

@@ -123,6 +123,19 @@ def pull(checkout: Path, branch: str, remote: str | None, latest: int | None = h
     return f"{branch} does not exist yet: starting an empty history"
 
 
+def commit_of(checkout: Path) -> str:
+    """The commit a history checkout has checked out; empty for a history not committed yet."""
+    return (_git_or_none(checkout, "rev-parse", "--verify", "-q", "HEAD") or "").strip()
+
+
+def remote_tip(branch: str, remote: str | None) -> str:
+    """The commit `branch` points at on the remote now, read without a checkout; empty when it does not exist."""
+    url = remote or _default_remote()
+    heads = _git(Path.cwd(), "ls-remote", "--heads", url, branch, env=_auth_env(url))
+    wanted = f"refs/heads/{branch}"
+    return next((line.split()[0] for line in heads.splitlines() if line.split()[1:] == [wanted]), "")
+
+
 def push(checkout: Path, branch: str, remote: str | None, message: str) -> str:
     """Commit everything in `checkout` and push it to `branch`; returns what was done."""
     checkout.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,9 @@ a backend whose runners are offline can keep its job queued for a day. Three end
   workflow created since T, whatever their status (a run still in progress lists the
   artifacts its finished jobs have uploaded);
 - `GET /repos/{repo}/actions/runs/{run_id}/artifacts`: the artifacts of one run;
+- `GET /repos/{repo}/actions/runs/{run_id}/jobs` and `GET /repos/{repo}/check-runs/{job_id}/annotations`:
+  the jobs of a run and what each said in its annotations (a job's digest of the artifact it
+  uploaded: `ootci history attest`);
 - an artifact's `archive_download_url`, which answers 302 with a short-lived URL of the
   artifact storage, on another host. The token must not reach that host: requests drops
   the Authorization header when a redirect leaves the host (tests/history/test_collect.py proves it).
@@ -60,6 +63,12 @@ T = TypeVar("T")
 class WorkflowRun:
     id: int
     created_at: dt.datetime
+    event: str = ""
+    head_branch: str = ""
+    head_repository: str = ""
+    """owner/name of the repository the run's code came from: a fork for a fork's pull request"""
+    path: str = ""
+    """the workflow file the run ran, `.github/workflows/<name>` (a PR's run of it runs the PR's copy)"""
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,21 @@ class Artifact:
     expired: bool
     download_url: str
     run_id: int
+    digest: str = ""
+    """`sha256:<hex>` of the artifact's zip, as GitHub lists it"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a job said it uploaded, in an annotation only that job can write."""
+
+    job: str
+    """the job's name, as GitHub lists it (`backend (openreg, ...) / openreg`)"""
+    digest: str
+
+
+ATTEST_TITLE = "ootci artifact"
+"""the title of the notice `ootci history attest` prints: `<artifact name> sha256:<hex>`"""
 
 
 class RefusedArchive(Exception):
@@ -133,11 +157,21 @@ class GitHub:
         runs: dict[int, WorkflowRun] = {}
         for item in self._pages(url, params, "workflow_runs", f"runs of {workflow}"):
             where = f"runs of {workflow}"
+            head = item.get("head_repository")
             run = WorkflowRun(id=_field(item, "id", int, where),
-                              created_at=_parse_time(item.get("created_at"), f"{where}: run {item.get('id')}"))
+                              created_at=_parse_time(item.get("created_at"), f"{where}: run {item.get('id')}"),
+                              event=str(item.get("event") or ""), head_branch=str(item.get("head_branch") or ""),
+                              head_repository=str(head.get("full_name") or "") if isinstance(head, dict) else "",
+                              path=str(item.get("path") or ""))
             # A run created while we page shifts the list: the same run may come twice.
             runs.setdefault(run.id, run)
         return list(runs.values())
+
+    def default_branch(self) -> str:
+        """The repository's default branch: the only branch whose runs a trusted reader takes."""
+        what = f"repository {self.repository}"
+        page, _ = self._retrying(what, partial(self._get_json, f"{self.api_url}/repos/{self.repository}", None, what))
+        return _field(page, "default_branch", str, what)
 
     def artifacts(self, run_id: int) -> list[Artifact]:
         """The artifacts of one workflow run (of every attempt), expired ones included."""
@@ -147,9 +181,27 @@ class GitHub:
         for item in self._pages(url, {"per_page": PAGE_SIZE}, "artifacts", where):
             artifact = Artifact(id=_field(item, "id", int, where), name=_field(item, "name", str, where),
                                 expired=bool(item.get("expired")),
-                                download_url=_field(item, "archive_download_url", str, where), run_id=run_id)
+                                download_url=_field(item, "archive_download_url", str, where), run_id=run_id,
+                                digest=str(item.get("digest") or ""))
             found.setdefault(artifact.id, artifact)
         return list(found.values())
+
+    def claims(self, run_id: int) -> dict[str, list[Claim]]:
+        """By artifact name, what the jobs of a run (every attempt) said they uploaded in their annotations."""
+        where = f"jobs of run {run_id}"
+        url = f"{self.api_url}/repos/{self.repository}/actions/runs/{run_id}/jobs"
+        found: dict[str, list[Claim]] = {}
+        for job in self._pages(url, {"per_page": PAGE_SIZE, "filter": "all"}, "jobs", where):
+            job_id, name = _field(job, "id", int, where), _field(job, "name", str, where)
+            notes = f"annotations of job {job_id}"
+            annotations = f"{self.api_url}/repos/{self.repository}/check-runs/{job_id}/annotations"
+            for note in self._pages(annotations, {"per_page": PAGE_SIZE}, None, notes):
+                if not isinstance(note, dict) or note.get("title") != ATTEST_TITLE:
+                    continue
+                said = str(note.get("message") or "").split()
+                if len(said) == 2 and re.fullmatch(r"sha256:[0-9a-f]{64}", said[1]):
+                    found.setdefault(said[0], []).append(Claim(job=name, digest=said[1]))
+        return found
 
     def download(self, artifact: Artifact, dest: Path) -> Path:
         """The artifact's zip at `dest`, written beside it and renamed: never half a file."""
@@ -177,8 +229,9 @@ class GitHub:
 
     # -- HTTP ---------------------------------------------------------------------------
 
-    def _pages(self, url: str, params: dict[str, Any] | None, key: str, what: str) -> Iterator[dict]:
-        """The items under `key` of every page, following the `Link: <...>; rel="next"` header."""
+    def _pages(self, url: str, params: dict[str, Any] | None, key: str | None, what: str) -> Iterator[dict]:
+        """The items under `key` of every page (key None: each page is the list itself), following the
+        `Link: <...>; rel="next"` header."""
         seen: set[str] = set()
         next_url: str | None = url
         while next_url:
@@ -186,9 +239,9 @@ class GitHub:
                 raise GitHubError(f"{what}: the pages do not end (page {len(seen) + 1}: {next_url[:120]})")
             seen.add(next_url)
             page, links = self._retrying(what, partial(self._get_json, next_url, params, what))
-            items = page.get(key) if isinstance(page, dict) else None
+            items = page if key is None else page.get(key) if isinstance(page, dict) else None
             if not isinstance(items, list):
-                raise GitHubError(f"{what}: the answer has no list {key!r}")
+                raise GitHubError(f"{what}: the answer has no list {key or ''!r}")
             yield from items
             # The next link carries the query (and the page number) itself.
             next_url, params = links.get("next", {}).get("url"), None

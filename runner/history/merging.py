@@ -25,6 +25,9 @@ from ootci.runner.records import record_files
 
 TRIGGERS = ("manual", "nightly", "pr")
 """What `ootci run --trigger` records: a run by hand, a night, a PyTorch PR."""
+BISECTIONS_ONLY = "bisections"
+"""--accept-trigger of a publisher that makes bisections and no run (nightly.yml's publish-bisections):
+a run record among its artifacts, beside a bisection's directory, is someone else's"""
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,12 @@ class Accepted:
 
     triggers: frozenset[str] = frozenset()
     pr: int | None = None
+    runs: bool = True
 
     def refusal(self, record: RunRecord) -> str | None:
         """Why `record` cannot be this run's, or None."""
+        if not self.runs:
+            return "it is a run, and this run publishes only bisections"
         if self.triggers and record.trigger not in self.triggers:
             return f"its trigger is {record.trigger!r}, and this run publishes {', '.join(sorted(self.triggers))} runs"
         if self.pr is not None and record.pr != self.pr:

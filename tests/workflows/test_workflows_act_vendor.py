@@ -133,11 +133,11 @@ def test_a_vendor_repository_runs_a_gated_pr_through_pr_yml_and_reports_exactly_
     assert "acme-openreg" in json.dumps(relay.accepted[1]["workflow"]["test_results"])
     assert not data_branch_exists(ootci_act_dir / "data.git"), "a vendor's PR run publishes nothing to a data branch"
     assert cache_entries(ootci_act_dir) == {}, "a PR run (untrusted code) saves nothing to the cache"
-    # It restores (read-only), its own key falling back to the nightly's, never only looks up.
+    # It restores (read-only) exactly the key a trusted run's layer job saves, never by a prefix (issue 54),
+    # and never only looks up.
     [asked] = cache_requests(ootci_act_dir)
-    assert asked["key"].startswith("ootci-pr-") and not asked["lookup-only"]
-    assert [k.split("-torch-")[0] for k in asked["restore-keys"]] == [asked["key"].split("-torch-")[0].replace(
-        "ootci-pr-", "ootci-main-")]
+    assert asked["key"].startswith("ootci-main-") and not asked["lookup-only"]
+    assert asked["restore-keys"] == []
 
 
 VENDOR_TESTS = ("conftest.py", "test_device.py", "test_ops.py")
@@ -293,6 +293,11 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
     github.add_run(501, now - dt.timedelta(hours=1), status="in_progress")
     tonight = f"{BACKEND}-{now:%Y%m%dT%H%M%SZ}-aaaaaa"
     github.add_artifact(501, 5011, f"ootci-run-{BACKEND}-1", run_artifact(tonight, BACKEND, now))
+    # Issue 54: a fork's PR that edits nightly.yml runs its own copy, whose artifacts hold a "nightly" record.
+    github.add_run(502, now - dt.timedelta(minutes=30), event="pull_request", head_branch="patch-1",
+                   head_repository="mallory/ootci")
+    forged = f"{BACKEND}-{now:%Y%m%dT%H%M%SZ}-ffffff"
+    github.add_artifact(502, 5021, f"ootci-run-{BACKEND}-1", run_artifact(forged, BACKEND, now, trigger="nightly"))
     github.add_run(500, now - dt.timedelta(hours=25))
     last_night = f"{BACKEND}-{now - dt.timedelta(days=1):%Y%m%dT%H%M%SZ}-bbbbbb"
     github.add_artifact(500, 5001, f"ootci-run-{BACKEND}-1", run_artifact(last_night, BACKEND,
@@ -317,7 +322,9 @@ def test_collect_workflow_takes_a_running_nightlys_records_to_the_data_branch_an
 
     assert result.returncode == 0, result.output[-6000:]
     assert_every_remote_action_had_a_stand_in(result.output)
-    assert github.downloads() == [5011]
+    assert github.downloads() == [5011]  # never the forged run's
+    assert "not read: run 502: its event is pull_request" in result.output
+    assert not any(forged in f for f in data_branch_files(data))
     assert all(r.headers.get("Authorization") == f"Bearer {TOKEN}" for r in github.api_requests)
     assert "1 artifact(s) collected" in result.output and "1 collected before" in result.output
     assert {f"runs/{tonight}/record.json", f"runs/{last_night}/record.json",
