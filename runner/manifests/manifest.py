@@ -264,6 +264,10 @@ class UpstreamSuite(_Strict):
 class Suites(_Strict):
     smoke: bool = True
     integration: bool = True
+    integration_dtypes: list[str] | None = Field(
+        default=None, min_length=1, description="the dtypes the integration suite runs op_db in, some of `dtypes` "
+        "(default: every claimed dtype). Each claimed dtype is one more pass over op_db; the upstream and vendor "
+        "suites run in every claimed dtype whatever this says")
     upstream: UpstreamSuite | None = Field(
         default=None, description="PyTorch's own device-generic test files (`[suites.upstream] files = \"discover\"` "
         "or `files = [...]`); "
@@ -349,6 +353,14 @@ class Manifest(_Strict):
     path: Path | None = Field(default=None, exclude=True)
     known: dict[str, dict[str, KnownFailure]] = Field(default_factory=dict, exclude=True)
     """the known failures file, read: suite -> test id -> entry"""
+
+    @model_validator(mode="after")
+    def _integration_dtypes_claimed(self) -> Manifest:
+        unclaimed = [d for d in self.suites.integration_dtypes or [] if d not in self.dtypes]
+        if unclaimed:
+            raise ValueError(f"suites.integration_dtypes: {unclaimed[0]!r} is not among the claimed dtypes "
+                             f"({', '.join(self.dtypes)})")
+        return self
 
     @model_validator(mode="after")
     def _recipe_fits_source(self) -> Manifest:

@@ -528,8 +528,9 @@ def test_init_then_the_first_run_it_names_is_green(tmp_path, onboarded, fixture)
     assert comments_before(text, "device") == "# probed: torch._C._get_privateuse1_backend_name()"
     assert [c.value for c in m.capabilities] == PROBED_CAPABILITIES
     assert re.search(r"#   sparse +no +NotImplementedError", text)
-    # Every dtype the device can hold, acme's bfloat16 too (its amax and amin fail in it).
-    assert m.dtypes == list(device_probe.DTYPES)
+    # Every dtype the device can hold, acme's bfloat16 too (its amax and amin fail in it), complex and float8 too.
+    assert m.dtypes[:10] == list(device_probe.DTYPES[:10])
+    assert {"complex64", "complex128", "uint16", "float8_e4m3fn", "float8_e5m2"} <= set(m.dtypes)
     assert [v.path for v in m.suites.vendor] == ["test" if fixture == "setup-py" else "tests"]
     assert m.build.extra_requirements == (["scikit-build-core>=0.10"] if fixture == "scikit-build" else [])
     # The baseline init wrote is the manifest's (--suites none: no run, no baseline).
@@ -585,7 +586,7 @@ def test_a_dtype_whose_ops_fail_is_claimed_and_its_failures_are_the_baseline(onb
     assert re.search(r"^    dtype bfloat16 +3  smoke test_reductions, amax, amin$", out, re.M), out
     assert re.search(r"^    other +2  upstream test_device_type_is_cpu_acme, upstream test_segfaults_off_cpu_acme$",
                      out, re.M), out
-    assert "    none in dtypes float32, float64, float16, int64, int32, int16, int8, uint8, bool\n" in out
+    assert "    none in dtypes float32, float64, float16, int64, int32, int16, int8, uint8, bool, complex64, " in out
     assert f"    none in capabilities {', '.join(PROBED_CAPABILITIES)}\n" in out
     assert 'known_failures = "known-failures.toml"' in text.split("\n[", 1)[0]
     # init's run is a record like any run's: its suites, each failure kept with its retries.
