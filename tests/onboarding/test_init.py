@@ -613,16 +613,15 @@ def test_init_proposes_discovery_less_what_it_excluded_and_why(onboarded):
     assert reasons["test_binary_ufuncs.py"].startswith(
         "not proposed: does not collect: ImportError: cannot import name 'ootci_binary_ufuncs_and_refs'")
     # A comment per proposed file: the tests collected for the device and the time it took.
-    collected = re.search(r"^#   test_view_ops\.py: 8 tests for acme \(1 more in dtypes not claimed\), "
-                          r"collected in (\d+\.\d\d) s$", text, re.M)
+    # Every test of the file's dtypes for acme: it holds complex64 too, now that the probe asks for it.
+    collected = re.search(r"^#   test_view_ops\.py: 9 tests for acme, collected in (\d+\.\d\d) s$", text, re.M)
     assert collected, text
     assert "test_not_per_device.py" not in text  # not device-generic: never a candidate
     # The terminal says the same.
     out = done.result.stdout
     assert ("  upstream: discovery: 1 of the 3 device-generic files collect tests for acme") in out
     assert re.search(r"^    excluded, folder: a subsystem of its own .*: distributed/test_up_ops\.py$", out, re.M), out
-    assert re.search(r"^    test_view_ops\.py +8 tests for acme \(1 more in dtypes not claimed\), collected in "
-                     rf"{collected.group(1)} s$", out, re.M), out
+    assert re.search(rf"^    test_view_ops\.py +9 tests for acme, collected in {collected.group(1)} s$", out, re.M), out
     assert "upstream files not proposed" not in done.result.stderr
 
 
