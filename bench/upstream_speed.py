@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/upstream_speed.py --upstream-tests DIR [--files a.py,b.py] [--rounds 3]
 
-DIR is a folder of PyTorch's test/ (public copies, or a checkout); the files default to
-OpenReg's [suites.upstream] files. Builds (or reuses) the torch 2.13.0 layer and an OpenReg
-wheel in $OOTCI_CACHE, makes one environment over them with the suite's requirements, then
-times, alternately, `rounds` times each:
+DIR is a folder of PyTorch's test/ (public copies, or a checkout); the files default to those
+OpenReg's [suites.upstream] takes from it (its list, or what its discovery finds there). Builds
+(or reuses) the torch 2.13.0 layer and an OpenReg wheel in $OOTCI_CACHE, makes one environment
+over them with the suite's requirements, then times, alternately, `rounds` times each:
 
 - plain pytest: `python -m pytest FILES` with PYTORCH_TESTING_DEVICE_ONLY_FOR=openreg, one
   process, as a vendor would run them by hand;
@@ -27,15 +27,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ootci.runner.core import procs  # noqa: E402
+from ootci.runner.manifests import manifest  # noqa: E402
 from ootci.runner.manifests.manifest import UPSTREAM_REQUIREMENTS  # noqa: E402
-from ootci.runner.torch_supply import envs  # noqa: E402
+from ootci.runner.torch_supply import envs, upstream_discovery  # noqa: E402
 from tests.support.fixture_backends import openreg_wheels  # noqa: E402
 
 TORCH = "torch==2.13.0"
@@ -51,6 +51,12 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done.returncode
 
 
+def _openreg_files(test_dir: Path) -> list[str]:
+    suite = manifest.load(OPENREG_MANIFEST).suites.upstream
+    assert suite is not None, f"{OPENREG_MANIFEST} has no [suites.upstream]"
+    return upstream_discovery.discover(test_dir, suite.exclude).files if suite.discovers else list(suite.files)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--upstream-tests", type=Path, required=True, help="PyTorch's test/ folder (or a checkout)")
@@ -58,8 +64,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     test_dir = args.upstream_tests / "test" if (args.upstream_tests / "test").is_dir() else args.upstream_tests
-    files = args.files.split(",") if args.files else \
-        tomllib.loads(OPENREG_MANIFEST.read_text())["suites"]["upstream"]["files"]
+    files = args.files.split(",") if args.files else _openreg_files(test_dir)
     layer, _ = envs.torch_layer([TORCH], TORCH)
     work = Path(tempfile.mkdtemp(prefix="ootci-bench-upstream-"))
     env = envs.layered_env(layer, work / "env")

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def read_run(source: Path) -> RunRecord:
-    path = source / record_files.RECORD_NAME if source.is_dir() else source
+    path = record_path(source)
     if not path.is_file():
         raise UsageError(f"--from {source}: not a run record (no {path.name} there)")
     try:
@@ -44,6 +44,21 @@ def read_run(source: Path) -> RunRecord:
     if record.tests_pruned_at is not None:
         raise UsageError(f"--from {source}: the run's test list was pruned from the history; use a newer run")
     return record
+
+
+def record_path(source: Path) -> Path:
+    """The record of RUN: a record.json, a run directory's, or that of the one run in a directory of
+    runs (`--out`'s, out/runs); several there is one line naming them."""
+    if not source.is_dir():
+        return source
+    path = source / record_files.RECORD_NAME
+    if path.is_file():
+        return path
+    runs = sorted(p.parent for p in source.glob(f"*/{record_files.RECORD_NAME}"))
+    if len(runs) > 1:
+        shown = ", ".join(run.name for run in runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+        raise UsageError(f"--from {source}: {len(runs)} runs there ({shown}): name one, e.g. --from {runs[-1]}")
+    return runs[0] / record_files.RECORD_NAME if runs else path
 
 
 def manifest_of(record: RunRecord, given: str | None) -> Manifest:

@@ -180,13 +180,42 @@ UPSTREAM_REQUIREMENTS = ("expecttest", "hypothesis", "numpy", "psutil")
 numpy and expecttest at its top; property tests need hypothesis; memory checks need psutil)."""
 
 _UPSTREAM_FILE = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9_][A-Za-z0-9_./-]*\.py$")
+_UPSTREAM_FOLDER = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9_][A-Za-z0-9_./-]*/$")
+DISCOVER = "discover"
+"""`files = "discover"`: every device-generic file of the torch's test/, less the exclusions"""
+
+
+class UpstreamExclusion(_Strict):
+    """A file or folder of PyTorch's test/ that discovery leaves out, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="a file (test_jit.py, nn/test_pruning.py) or a folder ending in / (distributed/) "
+                      "under PyTorch's test/")
+    reason: str = Field(min_length=1, description="why it is not run on the device: shown wherever it is left out")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, path: str) -> str:
+        if not (_UPSTREAM_FILE.match(path) or _UPSTREAM_FOLDER.match(path)):
+            raise ValueError("expected a relative path under test/: a .py file such as 'test_jit.py', or a folder "
+                             "ending in / such as 'distributed/'")
+        return path
+
+    def covers(self, file: str) -> bool:
+        return file.startswith(self.path) if self.path.endswith("/") else file == self.path
 
 
 class UpstreamSuite(_Strict):
     """PyTorch's own device-generic test files, run on the device (the `upstream` suite)."""
 
-    files: list[str] = Field(min_length=1, description="paths under PyTorch's test/ folder, e.g. test_view_ops.py or "
-                             "nn/test_pooling.py: taken from the exact commit of the torch under test")
+    files: list[str] | Literal["discover"] = Field(
+        description="\"discover\": every file under PyTorch's test/ that instantiates device-generic tests, less "
+        "`exclude`; or paths under test/, e.g. test_view_ops.py or nn/test_pooling.py. Either way taken from the "
+        "exact commit of the torch under test")
+    exclude: list[UpstreamExclusion] = Field(
+        default_factory=list, description="with files = \"discover\": the files and folders left out, each with "
+        "its reason")
     timeout: float = Field(default=600, gt=0, description="seconds one file may take on the device, its retries and "
                            "its re-runs on CPU included")
     requirements: list[str] = Field(
@@ -195,9 +224,21 @@ class UpstreamSuite(_Strict):
         "torch pinned, before they run")
     slow: bool = Field(default=False, description="run the tests PyTorch marks slow too (PYTORCH_TEST_WITH_SLOW=1)")
 
+    @field_validator("files", mode="before")
+    @classmethod
+    def _one_word(cls, files: object) -> object:
+        # Before the union, so that a misspelt word is one line, not one per branch.
+        if isinstance(files, str) and files != DISCOVER:
+            raise ValueError(f"expected {DISCOVER!r} or a list of paths under test/")
+        return files
+
     @field_validator("files")
     @classmethod
-    def _paths(cls, files: list[str]) -> list[str]:
+    def _paths(cls, files: list[str] | str) -> list[str] | str:
+        if isinstance(files, str):
+            return files
+        if not files:
+            raise ValueError("name at least one file, or give \"discover\"")
         for index, name in enumerate(files):
             if not _UPSTREAM_FILE.match(name):
                 raise ValueError(f"files[{index}] {name!r}: expected a relative path of a .py file under test/, "
@@ -207,12 +248,32 @@ class UpstreamSuite(_Strict):
             raise ValueError(f"{twice!r} is listed twice")
         return files
 
+    @model_validator(mode="after")
+    def _exclude_with_discovery(self) -> UpstreamSuite:
+        # An exclusion that nothing consults would be a silent no-op.
+        if self.exclude and not self.discovers:
+            raise ValueError("exclude: goes with files = \"discover\" (a list of files runs just those)")
+        paths = [e.path for e in self.exclude]
+        if len(set(paths)) != len(paths):
+            twice = next(p for p in paths if paths.count(p) > 1)
+            raise ValueError(f"exclude: {twice!r} is listed twice")
+        return self
+
+    @property
+    def discovers(self) -> bool:
+        return self.files == DISCOVER
+
 
 class Suites(_Strict):
     smoke: bool = True
     integration: bool = True
+    integration_dtypes: list[str] | None = Field(
+        default=None, min_length=1, description="the dtypes the integration suite runs op_db in, some of `dtypes` "
+        "(default: every claimed dtype). Each claimed dtype is one more pass over op_db; the upstream and vendor "
+        "suites run in every claimed dtype whatever this says")
     upstream: UpstreamSuite | None = Field(
-        default=None, description="PyTorch's own device-generic test files (`[suites.upstream] files = [...]`); "
+        default=None, description="PyTorch's own device-generic test files (`[suites.upstream] files = \"discover\"` "
+        "or `files = [...]`); "
         "none when absent")
     bench: bool = Field(default=False, description="the `bench` stage: op and model timings on the device and on "
                         "CPU, recorded for regression tracking (off unless turned on here or by `--suites bench`)")
@@ -295,6 +356,14 @@ class Manifest(_Strict):
     path: Path | None = Field(default=None, exclude=True)
     known: dict[str, dict[str, KnownFailure]] = Field(default_factory=dict, exclude=True)
     """the known failures file, read: suite -> test id -> entry"""
+
+    @model_validator(mode="after")
+    def _integration_dtypes_claimed(self) -> Manifest:
+        unclaimed = [d for d in self.suites.integration_dtypes or [] if d not in self.dtypes]
+        if unclaimed:
+            raise ValueError(f"suites.integration_dtypes: {unclaimed[0]!r} is not among the claimed dtypes "
+                             f"({', '.join(self.dtypes)})")
+        return self
 
     @model_validator(mode="after")
     def _recipe_fits_source(self) -> Manifest:
@@ -406,6 +475,8 @@ def _model_at(loc: tuple) -> type[BaseModel]:
 
 
 _CROSS_FIELD = re.compile(r"^([a-z_]+\.[a-z_]+): (.*)$", re.S)
+_INNER_FIELD = re.compile(r"^([a-z_]+): (.*)$", re.S)
+"""the same inside a table (suites.upstream's `exclude: ...`): the field is the table's"""
 
 
 def _describe(exc: ValidationError) -> list[str]:
@@ -416,9 +487,11 @@ def _describe(exc: ValidationError) -> list[str]:
         field = _field_path(err["loc"])
         value = err.get("input")
         text = err["msg"].removeprefix("Value error, ")
-        cross = _CROSS_FIELD.match(text) if not err["loc"] else None
+        cross = _CROSS_FIELD.match(text) if not err["loc"] else \
+            _INNER_FIELD.match(text) if err["type"] == "value_error" else None
         if cross:  # a rule over several fields names the one to change first
-            field, text, value = cross.group(1), cross.group(2), None
+            field = f"{field}.{cross.group(1)}" if err["loc"] else cross.group(1)
+            text, value = cross.group(2), None
         if err["type"] == "missing" and field in suggested:
             continue  # a misspelt key also shows up as a missing one; the misspelling is the news
         message = f"field '{field}': {text}"

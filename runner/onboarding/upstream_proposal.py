@@ -1,14 +1,17 @@
 """Which of PyTorch's device-generic test files `ootci init` proposes for the upstream suite.
 
-The candidates are the files PyTorch's own CI runs on its OpenReg device (its allow-list,
-pytorch#177565), as far as the torch's test/ folder has them. They come as the upstream stage
-gets them (runner/stages/upstream.py: at the torch's own commit, or from `--upstream-tests DIR`)
-and are collected once, every file in one `pytest --collect-only`, for the device the way the
-upstream suite runs them: PYTORCH_TESTING_DEVICE_ONLY_FOR, ootci_upstream's dtype filter, from a
-folder without torch/ (runner/suites/ootci_collect.py counts what each file gives). A file is
-proposed when it collects at least one test for the device in a claimed dtype; one that does not
-import is reported with its error, not proposed. Where the files cannot be had at all (no
-network), nothing fails: the manifest gets the candidates in a commented-out [suites.upstream].
+init proposes discovery (`[suites.upstream] files = "discover"`): every file of the torch's
+test/ that makes tests per device type (runner/torch_supply/upstream_discovery.py), less the
+blocklist of PyTorch's own OpenReg runner (pytorch#177565), kept as data with a reason per group
+in `upstream_exclusions.toml` beside this module. The files come as the upstream stage gets them
+(runner/stages/upstream.py: at the torch's own commit, or from `--upstream-tests DIR`) and are
+collected once, every file in one `pytest --collect-only`, for the device the way the upstream
+suite runs them: PYTORCH_TESTING_DEVICE_ONLY_FOR, ootci_upstream's dtype filter, from a folder
+without torch/ (runner/suites/ootci_collect.py counts what each file gives). A file that
+collects no test for the device in a claimed dtype, or does not import, is excluded too, its
+reason the collection's words. The manifest's `exclude` holds the entries that left out a file
+of this torch, each with its reason. Where the files cannot be had at all (no network), nothing
+fails: the manifest gets a commented-out [suites.upstream] with every default exclusion.
 """
 
 from __future__ import annotations
@@ -17,33 +20,34 @@ import json
 import os
 import textwrap
 import time
+import tomllib
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from ootci.runner.core import procs, rootcause
 from ootci.runner.core.errors import UpstreamTestsError, UpstreamUnreachable
-from ootci.runner.manifests.manifest import UpstreamSuite
+from ootci.runner.manifests.manifest import DISCOVER, UpstreamExclusion, UpstreamSuite
 from ootci.runner.stages import upstream as upstream_stage
 from ootci.runner.stages.base import RunContext
 from ootci.runner.suite_runs import suite_runner, upstream_runs
 from ootci.runner.suite_runs.suite_runner import PROBES_DIR, SUITES_DIR, SuiteSpec
+from ootci.runner.torch_supply import upstream_discovery
 
-# The test files PyTorch's CI runs on its OpenReg device (run_openreg_tests.py, pytorch#177565).
-OPENREG_ALLOW_LIST = (
-    "nn/test_convolution.py", "nn/test_dropout.py", "nn/test_embedding.py", "nn/test_init.py",
-    "nn/test_multihead_attention.py", "nn/test_parametrization.py", "nn/test_pooling.py", "test_autograd.py",
-    "test_binary_ufuncs.py", "test_custom_ops.py", "test_dataloader.py", "test_indexing.py", "test_modules.py",
-    "test_native_mha.py", "test_nn.py", "test_ops.py", "test_ops_fwd_gradients.py", "test_ops_gradients.py",
-    "test_optim.py", "test_reductions.py", "test_scatter_gather_ops.py", "test_segment_reductions.py",
-    "test_serialization.py", "test_shape_ops.py", "test_sort_and_select.py", "test_tensor_creation_ops.py",
-    "test_testing.py", "test_torch.py", "test_transformers.py", "test_type_promotion.py", "test_unary_ufuncs.py",
-    "test_utils.py", "test_view_ops.py",
-)
-ALLOW_LIST_SOURCE = "PyTorch's OpenReg allow-list, pytorch#177565"
+EXCLUSIONS_FILE = Path(__file__).with_name("upstream_exclusions.toml")
+EXCLUSIONS_SOURCE = "PyTorch's OpenReg runner"
 COLLECT_TIMEOUT_S = 900.0
 PLUGIN = "ootci_collect"
 STEP = "collect"
 """how init reports this step, as `ootci run` reports a stage"""
+
+
+@cache
+def default_exclusions() -> tuple[UpstreamExclusion, ...]:
+    """The blocklist of PyTorch's OpenReg runner, each path with its group's reason."""
+    data = tomllib.loads(EXCLUSIONS_FILE.read_text(encoding="utf-8"))
+    return tuple(UpstreamExclusion(path=path, reason=f"{group['reason']} ({group['group']}, {EXCLUSIONS_SOURCE})")
+                 for group in data["groups"] for path in group["paths"])
 
 
 @dataclass
@@ -75,19 +79,29 @@ class Collected:
 class Proposal:
     """The upstream files init proposes, or why it proposes none."""
 
-    candidates: list[str] = field(default_factory=lambda: list(OPENREG_ALLOW_LIST))
-    """the allow-list's files that the torch's test/ has (all of the list when the files could not be had)"""
+    candidates: list[str] = field(default_factory=list)
+    """the device-generic files discovered that no default exclusion covers"""
+    excluded: dict[str, UpstreamExclusion] = field(default_factory=dict)
+    """discovered files a default exclusion covers: file -> the entry"""
+    scanned: int = 0
+    """test files read by the discovery"""
     collected: list[Collected] = field(default_factory=list)
     source: str = ""
     """where the files came from (UpstreamTests.describe())"""
     unavailable: str | None = None
     """why nothing was collected: the files could not be had, or were not asked for"""
-    absent: list[str] = field(default_factory=list)
-    """the allow-list's files the torch's test/ does not have"""
 
     @property
     def files(self) -> list[str]:
         return [c.file for c in self.collected if c.proposed]
+
+    def exclusions(self, device: str) -> list[UpstreamExclusion]:
+        """The manifest's `exclude`: the default entries that left out a file of this torch, then
+        each candidate that collects nothing for the device, with the collection's words."""
+        used = set(self.excluded.values())
+        kept = [e for e in default_exclusions() if e in used]
+        return kept + [UpstreamExclusion(path=c.file, reason=c.describe(device))
+                       for c in self.collected if not c.proposed]
 
 
 def unavailable(reason: str) -> Proposal:
@@ -104,20 +118,20 @@ def propose(ctx: RunContext, device: str, dtypes: list[str], capabilities: list[
         return unavailable(exc.message)
     except UpstreamTestsError as exc:
         return unavailable(exc.message)
-    candidates = [f for f in OPENREG_ALLOW_LIST if (tests.test_dir / f).is_file()]
-    absent = [f for f in OPENREG_ALLOW_LIST if f not in candidates]
-    proposal = Proposal(candidates=candidates, source=tests.describe(), absent=absent)
-    if not candidates:
-        proposal.candidates = list(OPENREG_ALLOW_LIST)
-        proposal.unavailable = f"{tests.test_dir} has none of the files of {ALLOW_LIST_SOURCE}"
+    found = upstream_discovery.discover(tests.test_dir, list(default_exclusions()))
+    proposal = Proposal(candidates=found.files, excluded=found.excluded, scanned=found.scanned,
+                        source=tests.describe())
+    if not found.files:
+        proposal.unavailable = (f"{tests.test_dir} has no device-generic test file that {EXCLUSIONS_SOURCE} does not "
+                                f"exclude ({found.describe()})")
         return proposal
     requirements = SuiteSpec(name=upstream_runs.SUITE, cwd=ctx.run_dir, requirements=list(UpstreamSuite(
-        files=candidates).requirements))
+        files=DISCOVER).requirements))
     failure = suite_runner.install_requirements(ctx, requirements)
     if failure:
         proposal.unavailable = failure
         return proposal
-    proposal.collected = _collect(ctx, tests.test_dir, candidates, device, dtypes, capabilities, import_name)
+    proposal.collected = _collect(ctx, tests.test_dir, found.files, device, dtypes, capabilities, import_name)
     return proposal
 
 
@@ -177,48 +191,58 @@ def summary(proposal: Proposal, device: str) -> str:
     """The collect step's line."""
     if proposal.unavailable:
         return f"upstream files not proposed: {proposal.unavailable}"
-    return (f"{len(proposal.files)} of {len(proposal.candidates)} candidate files collect tests for {device}; "
-            f"{proposal.source}")
+    return (f"{len(proposal.files)} of {len(proposal.candidates)} device-generic files collect tests for {device} "
+            f"({len(proposal.excluded)} more excluded by {EXCLUSIONS_SOURCE}); {proposal.source}")
 
 
 def terminal_lines(proposal: Proposal, device: str) -> list[str]:
-    """What init prints of the proposal: one line where nothing was collected, else one per file."""
+    """What init prints of the proposal: what it excluded and why, then one line per candidate."""
+    excluded = _excluded_lines(proposal)
     if proposal.unavailable:
-        return [f"upstream: not proposed: {proposal.unavailable}; [suites.upstream] is written commented out with "
-                f"the {len(proposal.candidates)} candidates ({ALLOW_LIST_SOURCE}); `ootci init --upstream-tests DIR` "
-                "collects them from a folder"]
+        return [f"upstream: not proposed: {proposal.unavailable}; [suites.upstream] is written commented out, "
+                f"discovering with {EXCLUSIONS_SOURCE}'s {len(default_exclusions())} exclusions; "
+                "`ootci init --upstream-tests DIR` collects the files from a folder", *excluded]
     width = max(len(c.file) for c in proposal.collected)
-    lines = [f"upstream: {len(proposal.files)} of the {len(proposal.candidates)} candidate files "
-             f"({ALLOW_LIST_SOURCE}) collect tests for {device} ({proposal.source}):"]
+    lines = [f"upstream: discovery: {len(proposal.files)} of the {len(proposal.candidates)} device-generic files "
+             f"collect tests for {device} ({proposal.source}); {len(proposal.excluded)} excluded by "
+             f"{EXCLUSIONS_SOURCE}:", *excluded]
     lines += [f"  {c.file:<{width}}  {c.describe(device)}" for c in proposal.collected]
     return lines
 
 
+def _excluded_lines(proposal: Proposal) -> list[str]:
+    grouped: dict[str, list[str]] = {}
+    for file, entry in proposal.excluded.items():
+        grouped.setdefault(entry.reason, []).append(file)
+    return [f"  excluded, {reason}: {', '.join(files)}" for reason, files in grouped.items()]
+
+
 def manifest_lines(proposal: Proposal, device: str) -> list[str]:
-    """[suites.upstream] with the proposed files, each with a comment saying what it collected; or,
-    when none is proposed, the candidates in a commented-out table."""
-    files = proposal.files
-    if not files:
+    """[suites.upstream] discovering, with the exclusions that left out a file, each with its reason,
+    and a comment per candidate saying what it collected; or, when none is proposed, the table
+    commented out with every default exclusion."""
+    if not proposal.files:
         why = proposal.unavailable or f"none of the candidates collects a test for {device}"
-        lines = _comment(f"not proposed: {why}. The candidates ({ALLOW_LIST_SOURCE}) are below: uncomment the "
-                         "table to run them on the device, or run `ootci init --force --upstream-tests DIR` to keep "
-                         "those that collect tests for it:")
+        lines = _comment(f"not proposed: {why}. Uncomment the table to run every device-generic file of the torch's "
+                         f"test/ less {EXCLUSIONS_SOURCE}'s exclusions, or run `ootci init --force --upstream-tests "
+                         "DIR` to keep those that collect tests for it:")
         lines += [f"#   {c.file}: {c.describe(device)}" for c in proposal.collected]
-        lines += ["# [suites.upstream]", "# files = ["]
-        lines += textwrap.wrap(" ".join(f"{json.dumps(name)}," for name in proposal.candidates), 96,
-                               initial_indent="#     ", subsequent_indent="#     ")
+        lines += ["# [suites.upstream]", f"# files = {json.dumps(DISCOVER)}", "# exclude = ["]
+        lines += [f"#     {_entry(e)}" for e in (proposal.exclusions(device) if proposal.collected
+                                                   else default_exclusions())]
         return lines + ["# ]"]
-    lines = _comment(f"proposed: the files of {ALLOW_LIST_SOURCE} that collect tests for {device!r} (collected "
-                     f"as the upstream suite runs them; {proposal.source}):")
-    lines += [f"#   {c.file}: {c.describe(device)}" for c in proposal.collected if not c.proposed]
-    if proposal.absent:
-        lines += _comment(f"not in this torch's test/: {', '.join(proposal.absent)}", first="#   ", rest="#     ")
-    lines += ["[suites.upstream]", "files = ["]
-    width = max(len(name) for name in files) + 3
-    for c in proposal.collected:
-        if c.proposed:
-            lines.append(f"    {json.dumps(c.file) + ',':<{width}}  # {c.describe(device)}")
+    lines = _comment(f"proposed: discovery, every device-generic file of the torch's test/ (a text scan for "
+                     f"instantiate_device_type_tests) less the exclusions below: {EXCLUSIONS_SOURCE}'s that left out "
+                     f"a file here, and the files that collect no test for {device!r} (collected as the upstream "
+                     f"suite runs them; {proposal.source}). What each file collected:")
+    lines += [f"#   {c.file}: {c.describe(device)}" for c in proposal.collected if c.proposed]
+    lines += ["[suites.upstream]", f"files = {json.dumps(DISCOVER)}", "exclude = ["]
+    lines += [f"    {_entry(e)}" for e in proposal.exclusions(device)]
     return lines + ["]"]
+
+
+def _entry(exclusion: UpstreamExclusion) -> str:
+    return f"{{ path = {json.dumps(exclusion.path)}, reason = {json.dumps(exclusion.reason)} }},"
 
 
 def _comment(text: str, first: str = "# ", rest: str = "# ") -> list[str]:

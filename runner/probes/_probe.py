@@ -125,7 +125,43 @@ def sample_tensor(dtype):
         return torch.arange(12, dtype=torch.float64).reshape(3, 4).div(4).to(dtype)
     if dtype == torch.bool:
         return torch.arange(12).reshape(3, 4).remainder(3).eq(0)
-    return torch.arange(12, dtype=dtype).reshape(3, 4)
+    # Converted, not made: the CPU has no arange for uint16, uint32 and uint64, only copies.
+    return torch.arange(12, dtype=torch.int64).reshape(3, 4).to(dtype)
+
+
+def comparable(tensor):
+    """The tensor in a dtype the CPU compares in: float8, complex32 and the wide unsigned ints have
+    no `equal` kernel, only conversions; their small sample values are exact in the wider dtype."""
+    import torch
+
+    dtype = tensor.dtype
+    wide = torch.complex128 if dtype.is_complex else torch.float64 if dtype.is_floating_point \
+        else tensor.dtype if dtype == torch.bool else torch.int64
+    return tensor.to(wide)
+
+
+def torch_dtypes() -> list[str]:
+    """Every dtype this torch has that a CPU tensor can hold (so a device's copy can be compared with
+    it), by its name (`float32`, not the alias `float`): complex and float8 included; not the
+    quantized ones (the `quantized` capability), nor the shell dtypes without kernels (bits8, int3)."""
+    import torch
+
+    names = []
+    for value in vars(torch).values():
+        if not isinstance(value, torch.dtype) or str(value).removeprefix("torch.") in names:
+            continue
+        name = str(value).removeprefix("torch.")
+        if name.startswith("q"):
+            continue
+        try:
+            sample = sample_tensor(value)
+            made = torch.ones((2, 3), dtype=value)
+            held = torch.equal(comparable(sample.clone()), comparable(sample)) and bool(comparable(made).eq(1).all())
+        except (RuntimeError, NotImplementedError, TypeError):
+            held = False
+        if held:
+            names.append(name)
+    return names
 
 
 def torch_state() -> dict:

@@ -12,7 +12,7 @@ capability; each dtype is a round trip and a tensor made on the device. A dtype 
 can hold is claimed even where some of its ops fail: `ootci init` then runs the suites in it and
 records those failures as known ones, so that they stay in sight instead of out of the suites.
 Results: {"ok": true, "value": {"works": bool, "detail": str}}, or an exception chain.
-Usage: capabilities.py --package P [--device D] --capabilities a,b --dtypes x,y --deadline S
+Usage: capabilities.py --package P [--device D] --capabilities a,b --dtypes x,y|all --deadline S
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ import argparse
 import io
 import os
 
-from _probe import arm, attempt, emit, leave, sample_tensor, split_list, torch_state
+from _probe import arm, attempt, comparable, emit, leave, sample_tensor, split_list, torch_dtypes, torch_state
+
+ALL = "all"
+"""--dtypes all: every dtype this torch has that the CPU holds (_probe.torch_dtypes), listed in a
+`dtypes` phase before they are tried"""
 
 
 class Unsupported(Exception):
@@ -243,10 +247,10 @@ def dtype_works(dev: str, name: str) -> str:
         raise Unsupported(f"torch has no dtype {name!r}")
     host = sample_tensor(dtype)
     back = host.to(dev).cpu()
-    assert back.dtype == dtype and torch.equal(back, host), "the copy back differs"
+    assert back.dtype == dtype and torch.equal(comparable(back), comparable(host)), "the copy back differs"
     made = torch.ones((2, 3), dtype=dtype, device=dev)
     assert made.device.type == dev, f"torch.ones(device={dev!r}) made a tensor on {made.device}"
-    assert made.dtype == dtype and torch.equal(made.cpu(), torch.ones((2, 3), dtype=dtype)), \
+    assert made.dtype == dtype and torch.equal(comparable(made.cpu()), comparable(torch.ones((2, 3), dtype=dtype))), \
         "torch.ones made on the device differs from the CPU's"
     return "round trip, torch.ones on the device"
 
@@ -293,12 +297,16 @@ def main() -> None:
     emit("tensor", **basic)
     if not basic["ok"]:
         return
+    dtypes = split_list(args.dtypes)
+    if dtypes == [ALL]:
+        dtypes = torch_dtypes()
+        emit("dtypes", ok=True, value=dtypes)
     for name in split_list(args.capabilities):
         if name in CHECKS:
             check(f"capability:{name}", lambda name=name: CHECKS[name](dev))
         else:
             emit(f"capability:{name}", ok=True, value={"works": False, "detail": "this probe has no check for it"})
-    for name in split_list(args.dtypes):
+    for name in dtypes:
         check(f"dtype:{name}", lambda name=name: dtype_works(dev, name))
     emit("done", ok=True)
 

@@ -1,7 +1,8 @@
 """Stage `upstream`: PyTorch's own device-generic test files on the device, judged by a baseline.
 
-On for a manifest that names its files (`[suites.upstream] files = [...]`) or a run given
-`--upstream-files`; otherwise the record has no upstream stage. The files come from the exact
+On for a manifest that names its files (`[suites.upstream] files = [...]`), or discovers them
+(`files = "discover"`: runner/torch_supply/upstream_discovery.py, less the manifest's `exclude`),
+or a run given `--upstream-files`; otherwise the record has no upstream stage. The files come from the exact
 commit of the torch under test (runner/torch_supply/torch_tests.py), or from `--upstream-tests
 DIR`, and run one process each (runner/suite_runs/upstream_runs.py). Where the torch repository
 cannot be reached at all (no network), the stage is skipped and says so: the files are
@@ -21,7 +22,7 @@ from ootci.runner.stages.base import RunContext, RunOptions, config_failure
 from ootci.runner.suite_runs import junit, suite_runner
 from ootci.runner.suite_runs.suite_runner import SuiteSpec, device_unusable
 from ootci.runner.suite_runs.upstream_runs import UpstreamRunner
-from ootci.runner.torch_supply import torch_tests
+from ootci.runner.torch_supply import torch_tests, upstream_discovery
 
 NAME = "upstream"
 
@@ -56,20 +57,33 @@ def run(ctx: RunContext) -> StageResult:
     only = None if options.only_tests is None else options.only_tests.get(NAME)
     if options.only_tests is not None and only is None:
         return StageResult(name=NAME, status=Status.skipped, summary="no suites: none of its suites is selected")
+    selected = [] if suite.discovers else list(suite.files)
     if options.dry_run:
-        return StageResult(name=NAME, status=Status.skipped,
-                           summary="dry run: would run upstream files " + ", ".join(suite.files))
+        what = (f"the device-generic files discovered in PyTorch's test/ ({len(suite.exclude)} exclusions)"
+                if suite.discovers else "upstream files " + ", ".join(selected))
+        return StageResult(name=NAME, status=Status.skipped, summary="dry run: would run " + what)
     try:
         tests = files_of(ctx)
     except UpstreamUnreachable as exc:
         summary = f"not run: {exc.message}; --upstream-tests DIR runs them from a folder"
         return StageResult(name=NAME, status=Status.skipped, summary=summary,
-                           data={"upstream": {"not_run": exc.message, "files_selected": suite.files}})
+                           data={"upstream": {"not_run": exc.message, "files_selected": selected,
+                                              "discover": suite.discovers}})
     except UpstreamTestsError as exc:
         return config_failure(NAME, exc.message)
-    problems = [f"upstream {name}: not in {tests.test_dir} ({tests.describe()})"
-                for name in torch_tests.missing_files(tests, suite.files)]
-    files = [name for name in suite.files if (tests.test_dir / name).is_file()]
+    discovery = None
+    if suite.discovers:
+        discovery = upstream_discovery.discover(tests.test_dir, suite.exclude)
+        _note(ctx, [f"upstream: {discovery.describe()} in {tests.test_dir}",
+                    *(f"  excluded ({reason}): {', '.join(left_out)}"
+                      for reason, left_out in discovery.by_reason().items())])
+        selected = discovery.files
+        problems = [] if selected else [f"upstream: no device-generic test file in {tests.test_dir} "
+                                        f"({discovery.describe()})"]
+    else:
+        problems = [f"upstream {name}: not in {tests.test_dir} ({tests.describe()})"
+                    for name in torch_tests.missing_files(tests, selected)]
+    files = [name for name in selected if (tests.test_dir / name).is_file()]
     part = options.shard_part
     if part is not None:
         # A planned shard: its own files and ranges of ids only (an unplanned file where its name hashes).
@@ -98,7 +112,7 @@ def run(ctx: RunContext) -> StageResult:
     for problem in problems:
         if problem not in ctx.record.problems:
             ctx.record.problems.append(problem)
-    stage = result_of(tests, upstream, results, problems)
+    stage = result_of(tests, upstream, results, problems, discovery)
     if part is not None:
         stage.data["shard_plan"] = {"plan": part.plan, "job": f"{part.k}/{part.n}",
                                     "pieces": [{"file": p.file, "start": p.start, "before": p.before}
@@ -106,7 +120,18 @@ def run(ctx: RunContext) -> StageResult:
     return stage
 
 
-def result_of(tests: torch_tests.UpstreamTests, upstream, results, problems: list[str]) -> StageResult:
+def _note(ctx: RunContext, lines: list[str]) -> None:
+    """Lines of ootci's own at the head of the stage's log, and on the terminal where it shows output."""
+    with open(ctx.log_path(NAME), "a", encoding="utf-8") as log:
+        log.writelines(line + "\n" for line in lines)
+    on_line = getattr(ctx.reporter, "line", None)
+    if on_line is not None:
+        for line in lines:
+            on_line(line + "\n")
+
+
+def result_of(tests: torch_tests.UpstreamTests, upstream, results, problems: list[str],
+              discovery: upstream_discovery.Discovery | None = None) -> StageResult:
     """The stage's record of files that ran: its status, summary, counts, root cause and data."""
     counts = junit.count_by_outcome(results)
     timed_out = any(f.status is Status.timeout for f in upstream.files)
@@ -115,7 +140,8 @@ def result_of(tests: torch_tests.UpstreamTests, upstream, results, problems: lis
         status = Status.timeout if timed_out and not any(f.status is Status.failed for f in upstream.files) \
             else Status.failed
     shown = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no tests"
-    summary = f"upstream: {len(upstream.files)} files, {shown}; {tests.describe()}"
+    found = f" ({discovery.describe()})" if discovery else ""
+    summary = f"upstream: {len(upstream.files)} files{found}, {shown}; {tests.describe()}"
     if problems:
         summary += "; " + "; ".join(problems)
     cause = next((f.root_cause for f in upstream.files if not f.status.ok and f.root_cause), None)
@@ -137,6 +163,8 @@ def result_of(tests: torch_tests.UpstreamTests, upstream, results, problems: lis
             "second_opinion_s": upstream.second_opinion_s,
         },
     }
+    if discovery is not None:
+        data["upstream"]["discovery"] = discovery.to_data()
     if status is Status.failed:
         data["blocks_later_stages"] = device_unusable(results)
     return StageResult(name=NAME, status=status, summary=summary, counts=counts, root_cause=cause, data=data)

@@ -90,6 +90,8 @@ class SuiteSpec:
     """said after a ModuleNotFoundError in a test's message (where to list the package)"""
     import_backend: bool = True
     """import the backend before the tests (--ootci-import); False for a run that must not have it"""
+    dtypes: list[str] | None = None
+    """the dtypes it runs in (None: every dtype the manifest claims)"""
 
     @property
     def is_command(self) -> bool:
@@ -334,7 +336,7 @@ class SuiteRunner:
         return [
             "--ootci-device", m.device,
             "--ootci-capabilities", ",".join(c.value for c in m.capabilities),
-            "--ootci-dtypes", ",".join(m.dtypes),
+            "--ootci-dtypes", ",".join(m.dtypes if spec.dtypes is None else spec.dtypes),
             "--ootci-test-timeout", f"{m.timeouts.test:g}",
             *(["--ootci-import", m.import_name] if spec.import_backend else []),
         ]
@@ -583,6 +585,8 @@ def stage_specs(ctx, stage: str) -> list[SuiteSpec]:
         if stage == "integration":
             workers = ctx.options.jobs or min(os.cpu_count() or 1, 4)
         specs.append(builtin_suite(stage, workers=workers))
+        if stage == "integration":
+            specs[-1].dtypes = manifest.suites.integration_dtypes
     if stage == "integration":
         root = vendor_root(ctx)
         specs += [vendor_suite(v, root, i, manifest.path) for i, v in enumerate(manifest.suites.vendor)]

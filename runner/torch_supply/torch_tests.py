@@ -213,15 +213,26 @@ def _recorded(where: Path) -> dict | None:
 
 def _work_tree_state(folder: Path) -> tuple[str | None, bool]:
     """(HEAD's commit, whether the folder has changes of its own) of a git work tree; (None, False)
-    for a plain folder."""
+    for a plain folder. A commit is the files' only where they are tracked at it: a folder inside
+    some other work tree whose files that repository ignores (or never added) is a plain folder,
+    and an ignored test file beside tracked ones is a change of its own."""
     try:
         commit = git.git(folder, "rev-parse", "HEAD", timeout=60).strip()
-        status = git.git(folder, "status", "--porcelain", "--", ".", timeout=120)
+        tracked = git.git(folder, "ls-tree", "-r", "--name-only", "HEAD", "--", ".", timeout=120)
+        status = git.git(folder, "status", "--porcelain", "--ignored=matching", "--", ".", timeout=120)
     except GitError:
         return None, False
-    if not re.fullmatch(COMMIT_SHA, commit):
+    if not re.fullmatch(COMMIT_SHA, commit) or not tracked.strip():
         return None, False
-    return commit, bool(status.strip())
+    changes = [line for line in status.splitlines()
+               if line.strip() and not (line.startswith("!! ") and not _ignored_source(line[3:]))]
+    return commit, bool(changes)
+
+
+def _ignored_source(path: str) -> bool:
+    """An ignored path that would change what runs: a .py file or a folder of them (byte code never does)."""
+    path = path.strip().strip('"')
+    return "__pycache__" not in path and (path.endswith(".py") or path.endswith("/"))
 
 
 def _slug(repository: str) -> str:

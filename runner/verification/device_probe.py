@@ -6,7 +6,8 @@ environment under test (through verify.Runner: a time limit, the probes' result 
 a stack dump before a hang is killed), does a plain `import torch` (autoload loads the
 backend), finds the device and tries one small real operation per capability, and for each
 dtype a round trip and a tensor made on the device. What it finds is what the device supports at
-all; which tests fail in a claimed dtype or capability is for the suites to say (init records
+all (every dtype the torch has, complex and float8 included, as the probe lists them); which tests
+fail in a claimed dtype or capability is for the suites to say (init records
 them as known failures). A check that crashes or hangs the interpreter is a "no" naming the
 signal or the time limit, and the probe goes on in a fresh interpreter without it.
 """
@@ -21,9 +22,15 @@ from ootci.runner.manifests.manifest import Capability
 from ootci.runner.models import RootCause
 from ootci.runner.verification.verify import Runner
 
-# Asked of every device; a manifest claims those that survive a round trip and can be made on
-# the device. Complex dtypes are left out: the autoload stage's own round trip cannot make them yet.
-DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
+# Every dtype the torch under test has and a CPU tensor can hold (complex and float8 included) is
+# asked of the device: the probe lists them itself (capabilities.py --dtypes all), so a torch with a
+# new dtype is asked about it. A manifest claims those that survive a round trip and can be made on
+# the device. They are listed in this order first, then the others in torch's.
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+          "complex64", "complex128", "complex32", "uint16", "uint32", "uint64")
+ALL_DTYPES = "all"
+MAX_DTYPES = 64
+"""more than any torch has: bounds the probe's runs"""
 PROBE_TIMEOUT = 120.0
 DETAIL = 100  # characters of a finding that a manifest's comment keeps
 
@@ -75,18 +82,23 @@ def probe(python: Path, package: str, device: str | None, *, log: Path, timeout:
     """Run the capabilities probe in the environment under test; a crash or a hang in one
     check marks that check and the probe goes on in a fresh interpreter without it."""
     runner = Runner(python=python, timeout=timeout, log=log)
-    items = [f"capability:{c.value}" for c in Capability] + [f"dtype:{d}" for d in DTYPES]
+    items = [f"capability:{c.value}" for c in Capability]
+    listed = False  # the dtypes are known once the first run has listed those of its torch
     answers: dict[str, Finding] = {}
     found = Probed()
-    for _ in range(len(items) + 1):  # every run answers at least one item, or the loop ends
+    for _ in range(len(items) + MAX_DTYPES + 1):  # every run answers at least one item, or the loop ends
         pending = [i for i in items if i not in answers]
         args = ["--package", package, "--capabilities", ",".join(_names(pending, "capability")),
-                "--dtypes", ",".join(_names(pending, "dtype"))]
+                "--dtypes", ",".join(_names(pending, "dtype")) if listed else ALL_DTYPES]
         result = runner.probe("capabilities.py", *args, *(["--device", device] if device else []), autoload=True)
         if found.fork is None and "fork" in result.phases:
             found.fork = _finding(result.phases["fork"])
         if not _read_head(result, found):
             return found
+        if not listed and "dtypes" in result.phases:
+            listed = True
+            items += [f"dtype:{d}" for d in _ordered(result.phases["dtypes"].get("value") or [])]
+            pending = [i for i in items if i not in answers]
         for item in pending:
             if item in result.phases:
                 answers[item] = _finding(result.phases[item])
@@ -106,6 +118,12 @@ def probe(python: Path, package: str, device: str | None, *, log: Path, timeout:
         finding = answers.get(item, Finding(False, "not probed"))
         (found.capabilities if kind == "capability" else found.dtypes)[name] = finding
     return found
+
+
+def _ordered(names: list) -> list[str]:
+    """The torch's dtypes, the usual ones first (DTYPES), then the others in torch's order."""
+    names = [str(n) for n in names][:MAX_DTYPES]
+    return [d for d in DTYPES if d in names] + [d for d in names if d not in DTYPES]
 
 
 def _names(items: list[str], kind: str) -> list[str]:

@@ -118,6 +118,19 @@ def test_expect_writes_the_baseline_names_it_in_the_manifest_and_the_run_then_cl
     assert path.read_text().count("known_failures =") == 1
 
 
+def test_a_folder_of_runs_gives_its_one_run_and_names_several(vendor):
+    runs = vendor / "out" / "runs"
+    write_run(runs / "partly-1", "ootci run ci/backend.toml --torch 2.13.0",
+              [result("test_opinfo.py::test_compare_cpu[abs-int64]", Outcome.failed)])
+    done = ootci("expect", "--from", str(runs), cwd=vendor)
+    assert done.returncode == 0 and "1 known failures (1 added, 0 removed)" in done.stdout, done.stderr
+    write_run(runs / "partly-2", "ootci run ci/backend.toml --torch 2.13.0", [])
+    done = ootci("expect", "--from", str(runs), cwd=vendor)
+    assert done.returncode == 2
+    assert done.stderr == (f"ootci: --from {runs}: 2 runs there (partly-1, partly-2): name one, e.g. --from "
+                           f"{runs / 'partly-2'}\n")
+
+
 def test_bad_input_is_one_line(vendor, tmp_path):
     not_a_run = tmp_path / "empty"
     not_a_run.mkdir()

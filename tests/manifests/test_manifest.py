@@ -89,6 +89,20 @@ def test_valid_manifest_defaults(tmp_path):
         (lambda t: t + '[ci.container]\nimage = "img"\nenv = { A = "two words" }\n', "ci.container.env.A",
          "should match pattern"),
         (lambda t: t + '[ci]\nlogin_shell = "yes please"\n', "ci.login_shell", "boolean"),
+        # [suites.upstream]: discovery and its exclusions.
+        (lambda t: t + '[suites.upstream]\nfiles = "discovr"\n', "suites.upstream.files",
+         "expected 'discover' or a list of paths under test/"),
+        (lambda t: t + '[suites.upstream]\nfiles = []\n', "suites.upstream.files", 'or give "discover"'),
+        (lambda t: t + '[suites.upstream]\nfiles = ["test_a.py"]\nexclude = [{ path = "jit/", reason = "r" }]\n',
+         "suites.upstream.exclude", 'goes with files = "discover"'),
+        (lambda t: t + '[suites.upstream]\nfiles = "discover"\nexclude = [{ path = "jit", reason = "r" }]\n',
+         "suites.upstream.exclude.0.path", "a folder ending in /"),
+        (lambda t: t + '[suites.upstream]\nfiles = "discover"\nexclude = [{ path = "../x.py", reason = "r" }]\n',
+         "suites.upstream.exclude.0.path", "relative path under test/"),
+        (lambda t: t + '[suites.upstream]\nfiles = "discover"\nexclude = [{ path = "jit/" }]\n',
+         "suites.upstream.exclude.0.reason", "Field required"),
+        (lambda t: t + '[suites.upstream]\nfiles = "discover"\nexclude = [{ path = "jit/", reason = "r" }, '
+         '{ path = "jit/", reason = "s" }]\n', "suites.upstream.exclude", "'jit/' is listed twice"),
     ],
 )
 def test_bad_field_is_one_line_naming_file_and_field(tmp_path, mutation, field, words):

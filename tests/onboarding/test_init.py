@@ -240,32 +240,49 @@ def test_a_manifest_without_a_probe_says_what_to_fill_in():
 
 
 def proposal(**changes) -> upstream_proposal.Proposal:
+    jit = next(e for e in upstream_proposal.default_exclusions() if e.path == "jit/")
     values = dict(candidates=["test_view_ops.py", "test_binary_ufuncs.py", "nn/test_init.py"],
+                  excluded={"jit/test_a.py": jit, "jit/test_b.py": jit}, scanned=9,
                   collected=[upstream_proposal.Collected("nn/test_init.py", other=1, seconds=0.01,
                                                          error="no test for acme to run (1 in classes ...)"),
                              upstream_proposal.Collected("test_binary_ufuncs.py", seconds=0.2,
                                                          error="does not collect: ImportError: cannot import x"),
                              upstream_proposal.Collected("test_view_ops.py", tests=7, unclaimed=1, seconds=0.42)],
-                  source="files from /p/test at 0123456789ab", absent=["test_ops.py"])
+                  source="files from /p/test at 0123456789ab")
     values.update(changes)
     return upstream_proposal.Proposal(**values)
 
 
-def test_the_proposed_upstream_files_are_the_table_each_with_what_it_collected():
+def test_the_default_exclusions_are_pytorchs_openreg_runner_blocklist_each_with_its_group():
+    exclusions = upstream_proposal.default_exclusions()
+    folders = [e for e in exclusions if e.path.endswith("/")]
+    # run_openreg_tests.py at df34a4d: 14 + 14 folders, 35 + 112 files.
+    assert (len(folders), len(exclusions) - len(folders)) == (28, 147)
+    later = [e for e in exclusions if "(for later, PyTorch's OpenReg runner)" in e.reason]
+    assert (len([e for e in later if e.path.endswith("/")]), len(later)) == (14, 49)
+    assert {"distributed/", "test_jit.py", "nn/test_pruning.py"} <= {e.path for e in exclusions}
+
+
+def test_the_proposal_is_discovery_with_what_it_excluded_and_why():
     probed = device_probe.Probed(device="acme", how="test", capabilities={},
                                  dtypes={"float32": device_probe.Finding(True, "")})
     text = onboard.manifest_text(onboarding(probed, upstream=proposal()))
-    m = onboard.validated(text)
-    assert m.suites.upstream is not None and m.suites.upstream.files == ["test_view_ops.py"]
-    assert '    "test_view_ops.py",  # 7 tests for acme (1 more in dtypes not claimed), collected in 0.42 s\n' in text
-    assert "#   test_binary_ufuncs.py: not proposed: does not collect: ImportError: cannot import x\n" in text
-    assert "#   not in this torch's test/: test_ops.py\n" in text
-    # Where the files came from, in the comment and in the one line the terminal gets for each file.
+    upstream = onboard.validated(text).suites.upstream
+    assert upstream is not None and upstream.files == "discover"
+    # The default entry that left out files of this torch, then each candidate that collects nothing, with why.
+    assert {e.path: e.reason for e in upstream.exclude} == {
+        "jit/": "folder: not about a device backend (exporters, other devices, legacy compilers, packaging, "
+                "typing) (don't care, PyTorch's OpenReg runner)",
+        "nn/test_init.py": "not proposed: no test for acme to run (1 in classes ...)",
+        "test_binary_ufuncs.py": "not proposed: does not collect: ImportError: cannot import x"}
+    assert "#   test_view_ops.py: 7 tests for acme (1 more in dtypes not claimed), collected in 0.42 s\n" in text
     assert "files from /p/test at 0123456789ab" in text
     lines = upstream_proposal.terminal_lines(proposal(), "acme")
-    assert lines[0].startswith("upstream: 1 of the 3 candidate files (PyTorch's OpenReg allow-list, pytorch#177565) "
-                               "collect tests for acme (files from /p/test at 0123456789ab)")
-    assert [line.split()[0] for line in lines[1:]] == ["nn/test_init.py", "test_binary_ufuncs.py", "test_view_ops.py"]
+    assert lines[0] == ("upstream: discovery: 1 of the 3 device-generic files collect tests for acme (files from "
+                        "/p/test at 0123456789ab); 2 excluded by PyTorch's OpenReg runner:")
+    assert lines[1].startswith("  excluded, folder: not about a device backend") and lines[1].endswith(
+        "(don't care, PyTorch's OpenReg runner): jit/test_a.py, jit/test_b.py")
+    assert [line.split()[0] for line in lines[-3:]] == ["nn/test_init.py", "test_binary_ufuncs.py", "test_view_ops.py"]
 
 
 def uncommented_table(text: str) -> dict:
@@ -279,21 +296,25 @@ def uncommented_table(text: str) -> dict:
 @pytest.mark.parametrize("why", [
     "cannot fetch PyTorch's test files at v2.13.0 from https://github.com/pytorch/pytorch: it cannot be reached "
     "(Could not resolve host: github.com)", None])
-def test_without_files_to_propose_the_table_is_written_commented_out_with_the_candidates(why):
+def test_without_files_to_propose_the_table_is_written_commented_out_discovering(why):
     probed = device_probe.Probed(device="acme", how="test", capabilities={},
                                  dtypes={"float32": device_probe.Finding(True, "")})
     nothing = upstream_proposal.unavailable(why) if why else proposal(collected=proposal().collected[:2])
     text = onboard.manifest_text(onboarding(probed, upstream=nothing))
     assert onboard.validated(text).suites.upstream is None
     table = uncommented_table(text)["suites"]["upstream"]
-    assert table["files"] == (list(upstream_proposal.OPENREG_ALLOW_LIST) if why else proposal().candidates)
+    assert table["files"] == "discover"
+    # Offline, every default exclusion; else those of this torch and the candidates that collect nothing.
+    assert [e["path"] for e in table["exclude"]] == (
+        [e.path for e in upstream_proposal.default_exclusions()] if why
+        else ["jit/", "nn/test_init.py", "test_binary_ufuncs.py"])
     said = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("# "))
     assert f"not proposed: {why or 'none of the candidates collects a test for acme'}." in said
-    assert "uncomment the table to run them on the device" in said
+    assert "Uncomment the table to run every device-generic file" in said
     if why:
         [line] = upstream_proposal.terminal_lines(nothing, "acme")
-        assert line.startswith(f"upstream: not proposed: {why}; [suites.upstream] is written commented out with the "
-                               "33 candidates")
+        assert line.startswith(f"upstream: not proposed: {why}; [suites.upstream] is written commented out, "
+                               "discovering with PyTorch's OpenReg runner's 175 exclusions")
 
 
 def result(test_id: str, suite: str, outcome: Outcome = Outcome.failed, **fields) -> models.TestResult:
@@ -406,17 +427,32 @@ class TestNotPerDevice(TestCase):
     def test_runs_on_cpu_only(self):
         pass
 """
+CUDA_ONLY = """\
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase
+
+
+class TestOnCuda(TestCase):
+    def test_kernel(self, device):
+        pass
+
+
+instantiate_device_type_tests(TestOnCuda, globals(), only_for="cuda")
+"""
 
 
 def upstream_folder(root: Path) -> Path:
-    """A test/ folder as init's candidates see PyTorch's: PyTorch-style files (tests/support/fake_upstream.py)
-    under three names of the allow-list, and one that is not on it."""
+    """A test/ folder as init's discovery sees PyTorch's: PyTorch-style files (tests/support/fake_upstream.py),
+    one device-generic file that collects, one that does not import, one made only for CUDA, one that is not
+    device-generic, and one in a folder PyTorch's OpenReg runner blocks."""
     test = root / "test"
     (test / "nn").mkdir(parents=True)
+    (test / "distributed").mkdir()
     (test / "test_view_ops.py").write_text(fake_upstream.ops_file(second=False))
     (test / "test_binary_ufuncs.py").write_text(fake_upstream.BROKEN)
-    (test / "nn" / "test_init.py").write_text(NOT_PER_DEVICE)
-    (test / fake_upstream.OPS).write_text(fake_upstream.ops_file(second=False))
+    (test / "nn" / "test_init.py").write_text(CUDA_ONLY)
+    (test / "test_not_per_device.py").write_text(NOT_PER_DEVICE)
+    (test / "distributed" / fake_upstream.OPS).write_text(fake_upstream.ops_file(second=False))
     return test
 
 
@@ -492,8 +528,9 @@ def test_init_then_the_first_run_it_names_is_green(tmp_path, onboarded, fixture)
     assert comments_before(text, "device") == "# probed: torch._C._get_privateuse1_backend_name()"
     assert [c.value for c in m.capabilities] == PROBED_CAPABILITIES
     assert re.search(r"#   sparse +no +NotImplementedError", text)
-    # Every dtype the device can hold, acme's bfloat16 too (its amax and amin fail in it).
-    assert m.dtypes == list(device_probe.DTYPES)
+    # Every dtype the device can hold, acme's bfloat16 too (its amax and amin fail in it), complex and float8 too.
+    assert m.dtypes[:10] == list(device_probe.DTYPES[:10])
+    assert {"complex64", "complex128", "uint16", "float8_e4m3fn", "float8_e5m2"} <= set(m.dtypes)
     assert [v.path for v in m.suites.vendor] == ["test" if fixture == "setup-py" else "tests"]
     assert m.build.extra_requirements == (["scikit-build-core>=0.10"] if fixture == "scikit-build" else [])
     # The baseline init wrote is the manifest's (--suites none: no run, no baseline).
@@ -549,7 +586,7 @@ def test_a_dtype_whose_ops_fail_is_claimed_and_its_failures_are_the_baseline(onb
     assert re.search(r"^    dtype bfloat16 +3  smoke test_reductions, amax, amin$", out, re.M), out
     assert re.search(r"^    other +2  upstream test_device_type_is_cpu_acme, upstream test_segfaults_off_cpu_acme$",
                      out, re.M), out
-    assert "    none in dtypes float32, float64, float16, int64, int32, int16, int8, uint8, bool\n" in out
+    assert "    none in dtypes float32, float64, float16, int64, int32, int16, int8, uint8, bool, complex64, " in out
     assert f"    none in capabilities {', '.join(PROBED_CAPABILITIES)}\n" in out
     assert 'known_failures = "known-failures.toml"' in text.split("\n[", 1)[0]
     # init's run is a record like any run's: its suites, each failure kept with its retries.
@@ -563,26 +600,28 @@ def test_a_dtype_whose_ops_fail_is_claimed_and_its_failures_are_the_baseline(onb
 
 
 @pytest.mark.slow
-def test_init_proposes_the_upstream_files_that_collect_for_the_device(onboarded):
+def test_init_proposes_discovery_less_what_it_excluded_and_why(onboarded):
     done = onboarded("pyproject")
     text = (done.repo / onboard.MANIFEST).read_text()
     upstream = manifest.load(done.repo / onboard.MANIFEST).suites.upstream
-    assert upstream is not None and upstream.files == ["test_view_ops.py"]
-    # A comment per file: the tests collected for the device and the time it took; why the others are not proposed.
-    collected = re.search(r'^    "test_view_ops\.py",  # 8 tests for acme \(1 more in dtypes not claimed\), '
-                          r"collected in (\d+\.\d\d) s$", text, re.M)
+    assert upstream is not None and upstream.files == "discover"
+    # Excluded: the folder PyTorch's OpenReg runner blocks, and the candidates that give the device nothing.
+    reasons = {e.path: e.reason for e in upstream.exclude}
+    assert list(reasons) == ["distributed/", "nn/test_init.py", "test_binary_ufuncs.py"]
+    assert reasons["distributed/"].endswith("(for later, PyTorch's OpenReg runner)")
+    assert reasons["nn/test_init.py"].startswith("not proposed: no test for acme to run")
+    assert reasons["test_binary_ufuncs.py"].startswith(
+        "not proposed: does not collect: ImportError: cannot import name 'ootci_binary_ufuncs_and_refs'")
+    # A comment per proposed file: the tests collected for the device and the time it took.
+    # Every test of the file's dtypes for acme: it holds complex64 too, now that the probe asks for it.
+    collected = re.search(r"^#   test_view_ops\.py: 9 tests for acme, collected in (\d+\.\d\d) s$", text, re.M)
     assert collected, text
-    assert re.search(r"^#   test_binary_ufuncs\.py: not proposed: does not collect: ImportError: cannot import name "
-                     r"'ootci_binary_ufuncs_and_refs'", text, re.M)
-    assert "#   nn/test_init.py: not proposed: no test for acme to run (1 in classes not instantiated per device " \
-           "type)\n" in text
-    assert fake_upstream.OPS not in text  # not a candidate: not on the allow-list
+    assert "test_not_per_device.py" not in text  # not device-generic: never a candidate
     # The terminal says the same.
     out = done.result.stdout
-    assert ("  upstream: 1 of the 3 candidate files (PyTorch's OpenReg allow-list, pytorch#177565) collect tests "
-            "for acme") in out
-    assert re.search(r"^    test_view_ops\.py +8 tests for acme \(1 more in dtypes not claimed\), collected in "
-                     rf"{collected.group(1)} s$", out, re.M), out
+    assert ("  upstream: discovery: 1 of the 3 device-generic files collect tests for acme") in out
+    assert re.search(r"^    excluded, folder: a subsystem of its own .*: distributed/test_up_ops\.py$", out, re.M), out
+    assert re.search(rf"^    test_view_ops\.py +9 tests for acme, collected in {collected.group(1)} s$", out, re.M), out
     assert "upstream files not proposed" not in done.result.stderr
 
 
@@ -592,10 +631,11 @@ def test_offline_init_says_so_in_one_line_and_writes_the_table_commented_out(onb
     assert done.result.returncode == 0, done.result.stdout + done.result.stderr
     [line] = [text for text in done.result.stdout.splitlines() if text.startswith("  upstream:")]
     assert line.startswith(f"  upstream: not proposed: {UNREACHABLE} cannot be reached (")
-    assert "written commented out with the 33 candidates" in line
+    assert "written commented out, discovering with PyTorch's OpenReg runner's 175 exclusions" in line
     text = (done.repo / onboard.MANIFEST).read_text()
     assert manifest.load(done.repo / onboard.MANIFEST).suites.upstream is None
-    assert uncommented_table(text)["suites"]["upstream"]["files"] == list(upstream_proposal.OPENREG_ALLOW_LIST)
+    table = uncommented_table(text)["suites"]["upstream"]
+    assert table["files"] == "discover" and len(table["exclude"]) == len(upstream_proposal.default_exclusions())
     # init's run has no upstream stage, and its baseline is that of the suites it ran: none failed.
     assert {s.name: s.status for s in done.record.stages[3:]} == {"autoload": Status.passed,
                                                                   "smoke": Status.passed,

@@ -62,10 +62,15 @@ def _env_naming(torch_layer, where: Path, **version):
     return env
 
 
-def _manifest(where: Path, files=fake_upstream.FILES) -> Path:
+def _manifest(where: Path, files=fake_upstream.FILES, *, exclude: dict[str, str] | None = None) -> Path:
+    """The manifest naming `files`, or discovering them ("discover") less `exclude` (path -> reason)."""
     where.mkdir(parents=True, exist_ok=True)
     path = where / "backend.toml"
-    path.write_text(MANIFEST.format(files=json.dumps(list(files))))
+    text = MANIFEST.format(files=json.dumps(files if isinstance(files, str) else list(files)))
+    if exclude:
+        text += "exclude = [" + ", ".join(f"{{ path = {json.dumps(k)}, reason = {json.dumps(v)} }}"
+                                          for k, v in exclude.items()) + "]\n"
+    path.write_text(text)
     return path
 
 
@@ -180,14 +185,25 @@ def test_a_baseline_then_the_second_commit_says_new_known_and_fixed_with_the_sam
 
 
 def test_a_given_folder_is_used_as_it_is_and_said_not_to_be_the_torch_commit(first_night, pytorch, tmp_path):
-    # The checkout's root, whose torch/ must not be imported: the files run from its test/.
-    done, record, tests = _upstream(first_night.env, _manifest(tmp_path / "m"), tmp_path / "out",
-                                    "--upstream-tests", str(pytorch.root))
-    files = record.stage("upstream").data["upstream"]
+    # The checkout's root, whose torch/ must not be imported: the files run from its test/, discovered, less
+    # the one the manifest excludes with its reason.
+    why = "imports what this torch does not have"
+    manifest = _manifest(tmp_path / "m", "discover", exclude={fake_upstream.BROKEN_FILE: why, "distributed/": "later"})
+    done, record, tests = _upstream(first_night.env, manifest, tmp_path / "out", "--upstream-tests", str(pytorch.root))
+    stage = record.stage("upstream")
+    files = stage.data["upstream"]
     assert (files["tests"]["origin"], files["tests"]["commit"], files["tests"]["own_commit"]) == (
         "given", pytorch.second, False)
     assert "not the torch's own commit" in files["describe"]
     assert tests[VIEWS + "test_view_shares_storage_openreg"].outcome is Outcome.passed, done.stdout
+    assert list(files["files"]) == [fake_upstream.OPS] and not any(t.startswith(fake_upstream.BROKEN_FILE)
+                                                                   for t in tests)
+    assert files["discovery"] == {"scanned": 2, "found": 2, "files": 1, "excluded": {
+        fake_upstream.BROKEN_FILE: {"path": fake_upstream.BROKEN_FILE, "reason": why}}}
+    assert stage.summary.startswith("upstream: 1 files (1 device-generic files discovered of 2 test files, 1 more "
+                                    "excluded), ")
+    log = (tmp_path / "out" / "logs" / "upstream.log").read_text()
+    assert f"  excluded ({why}): {fake_upstream.BROKEN_FILE}\n" in log
 
 
 def test_a_torch_without_commit_or_release_tag_and_a_failed_fetch_are_one_line(torch_layer, pytorch, tmp_path):
@@ -207,7 +223,7 @@ def test_a_torch_without_commit_or_release_tag_and_a_failed_fetch_are_one_line(t
 
 
 def test_without_network_the_stage_says_it_did_not_run_and_the_run_is_not_red(first_night, tmp_path):
-    done, record, tests = _upstream(first_night.env, _manifest(tmp_path / "m"), tmp_path / "out",
+    done, record, tests = _upstream(first_night.env, _manifest(tmp_path / "m", "discover"), tmp_path / "out",
                                     "--torch-repo", "https://pytorch.invalid/pytorch")
     stage = record.stage("upstream")
     assert done.returncode == 0 and stage.status is Status.skipped and not tests, done.stdout + done.stderr

@@ -79,7 +79,17 @@ NEW_TEST = '''
 
 BROKEN = '''\
 # Imports what this torch does not have, as a file of another commit does: fails on every device.
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
 from torch.testing._internal.common_methods_invocations import ootci_binary_ufuncs_and_refs  # noqa: F401
+from torch.testing._internal.common_utils import TestCase
+
+
+class TestOfAnotherCommit(TestCase):
+    def test_add(self, device):
+        pass
+
+
+instantiate_device_type_tests(TestOfAnotherCommit, globals())
 '''
 
 OPS = "test_up_ops.py"

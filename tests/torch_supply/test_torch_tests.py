@@ -108,3 +108,34 @@ def test_a_given_folder_says_which_commit_it_holds_and_whether_it_is_the_torchs(
     fetched = torch_tests.fetch(pytorch.url, pytorch.first, tmp_path / "cache", torch_commit=None)
     handed_on = torch_tests.given(fetched.test_dir, torch_commit=pytorch.first)
     assert (handed_on.commit, handed_on.own_commit) == (pytorch.first, True), "a folder ootci fetched says its commit"
+
+
+def _git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@e", *args], check=True,
+                   capture_output=True)
+
+
+def test_a_folder_inside_another_work_tree_is_that_repositorys_commit_only_where_it_tracks_the_files(
+        pytorch, tmp_path):
+    work = tmp_path / "work"
+    (work / "src").mkdir(parents=True)
+    (work / "src" / "app.py").write_text("print('not PyTorch')\n")
+    (work / ".gitignore").write_text("pytorch-tests/\n")
+    _git(work, "init", "-q", "-b", "main")
+    _git(work, "add", "-A")
+    _git(work, "commit", "-qm", "other")
+    copies = work / "pytorch-tests"
+    shutil.copytree(pytorch.root / "test", copies)
+    inside = torch_tests.given(copies, torch_commit=pytorch.second)
+    assert (inside.commit, inside.changed, inside.own_commit) == (None, False, False)
+    assert "of an unknown commit" in inside.describe()
+    # Tracked files with an ignored test file beside them: the commit, with changes of its own; byte code is none.
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(pytorch.root), str(clone)], check=True)
+    (clone / ".git" / "info" / "exclude").write_text("test_extra.py\n__pycache__/\n")
+    (clone / "test" / "__pycache__").mkdir()
+    (clone / "test" / "__pycache__" / "test_up_ops.cpython-311.pyc").write_bytes(b"\0")
+    assert torch_tests.given(clone, torch_commit=pytorch.second).own_commit
+    (clone / "test" / "test_extra.py").write_text("# ignored, yet it would run\n")
+    extra = torch_tests.given(clone, torch_commit=pytorch.second)
+    assert (extra.commit, extra.changed, extra.own_commit) == (pytorch.second, True, False)

@@ -108,16 +108,17 @@ def test_entry_points_probe_runs_without_torch(tmp_path):
 
 
 @pytest.mark.slow
-def test_tensor_round_trip_covers_complex_dtypes(torch_layer):
-    # The host tensor of a complex dtype cannot come from arange (no complex kernel).
+def test_tensor_round_trip_covers_complex_float8_and_wide_unsigned_dtypes(torch_layer):
+    # The host tensor of a complex dtype cannot come from arange (no complex kernel), nor one of uint64; float8,
+    # complex32 and uint64 have no `equal` on the CPU: they are compared in a wider dtype.
+    dtypes = ("complex64", "complex128", "complex32", "float8_e4m3fn", "uint64", "float16", "bool")
     code = ("import json, autoload_on; "
-            "print(json.dumps(autoload_on.round_trip('cpu', ['complex64', 'complex128', 'float16', 'bool'])))")
+            f"print(json.dumps(autoload_on.round_trip('cpu', {list(dtypes)!r})))")
     out = subprocess.run([str(torch_layer.python), "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=PROBES, env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
     assert out.returncode == 0, out.stderr[-2000:]
     results = json.loads(out.stdout.splitlines()[-1])
-    assert results == {d: {"device_type": "cpu", "equal": True, "literal_ok": True}
-                       for d in ("complex64", "complex128", "float16", "bool")}
+    assert results == {d: {"device_type": "cpu", "equal": True, "literal_ok": True} for d in dtypes}
 
 
 def test_import_cost_runs_come_from_the_environment_and_a_bad_value_is_one_line(monkeypatch, tmp_path):
