@@ -50,6 +50,7 @@ from ootci.runner.suite_runs.suite_runner import (
     SuiteRunner,
     SuiteSpec,
     first_failing_test,
+    remove_empty,
 )
 
 CPU_TWIN = "@cpu"
@@ -184,7 +185,9 @@ class UpstreamRunner:
         second_s = time.monotonic() - start
         self._join_logs([*selected, RETRY, ON_CPU])
         runs = [self._file_run(file, run, took, again, on_cpu) for file, (run, took) in on_device.items()]
-        out = self.junit_dir / f"{SUITE}.xml"
+        # Each part deleted its raw files; the folder that held them goes too.
+        remove_empty(self.junit_dir / "raw" / SUITE, self.junit_dir)
+        out = junit.suite_file(self.junit_dir, SUITE)
         junit.write(out, SUITE, [r for f in runs for r in f.results])
         return UpstreamRun(runs, out, round(second_s, 3))
 

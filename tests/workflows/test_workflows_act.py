@@ -71,7 +71,7 @@ def test_backend_workflow_builds_verifies_and_tests_openreg(act_setup, tmp_path)
     assert stages.get("integration") is Status.skipped, stages
     assert any(t.suite == "smoke" for t in record.tests)
     run_dir = artifact / record.run_id
-    assert list((run_dir / "junit").glob("*.xml")), "the artifact carries the JUnit files"
+    assert list((run_dir / "junit").glob("*.xml.gz")), "the artifact carries the JUnit files"
     # A cached build writes no log; the stages that ran always do.
     assert (run_dir / "logs" / "smoke.log").is_file() and (run_dir / "logs" / "autoload.log").is_file()
     # A run by hand runs trusted code: its torch layer, the one directory, was saved under the key
