@@ -55,9 +55,12 @@ Test = TestResult | Mapping[str, Any]
 """a TestResult, or its fields as a dict with those at their default left out (the dashboard's rows)"""
 
 
+_FIELD_DEFAULT = {name: info.default for name, info in TestResult.model_fields.items()}
+
+
 def _get(test: Test, name: str):
     if isinstance(test, Mapping):
-        return test.get(name, TestResult.model_fields[name].default)
+        return test.get(name, _FIELD_DEFAULT[name])
     return getattr(test, name)
 
 
