@@ -90,6 +90,10 @@ class SuiteSpec:
     """said after a ModuleNotFoundError in a test's message (where to list the package)"""
     import_backend: bool = True
     """import the backend before the tests (--ootci-import); False for a run that must not have it"""
+    retry_in_fork: bool = False
+    """with crash isolation by fork: the tests that did not pass run once more in a fork of the same
+    session (ootci_plugin's --ootci-retry-junit), at the cost of neither an interpreter nor a
+    collection; their results are SuiteRun.retried, for the caller to judge"""
 
     @property
     def is_command(self) -> bool:
@@ -132,6 +136,8 @@ class SuiteRun:
     duration_s: float = 0.0
     retries: dict | None = None
     """how the retries went: re-run, deterministic, left out by the budget, time spent and allowed"""
+    retried: dict[str, TestResult] = field(default_factory=dict)
+    """test id -> its result when run once more in a fork of the same session (SuiteSpec.retry_in_fork)"""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -146,6 +152,8 @@ class _Attempt:
     suite_timed_out: bool = False
     not_reached: set[str] = field(default_factory=set)
     """Collected tests the process never got to (recorded as errors)."""
+    retried: dict[str, JUnitCase] = field(default_factory=dict)
+    """the re-runs of SuiteSpec.retry_in_fork"""
     cut_by_budget: bool = False
     """the retry budget ran out while this attempt ran (a retry only)"""
 
@@ -205,7 +213,8 @@ class SuiteRunner:
         if out is not None:
             junit.write(out, spec.name, results)
         run = SuiteRun(spec.name, Status.passed, results, list(first.problems), out,
-                       duration_s=time.monotonic() - start, retries=retries)
+                       duration_s=time.monotonic() - start, retries=retries,
+                       retried={i: c.to_result(spec.name, attempts=2) for i, c in first.retried.items()})
         run.root_cause = first.root_cause
         self._judge(run, first)
         return run
@@ -371,9 +380,13 @@ class SuiteRunner:
             # A retry of a few tests is faster in one process than in workers that each
             # collect the whole suite first.
             parallel = spec.workers > 1 and (only is None or len(only) >= XDIST_MIN_TESTS)
+            retry_xml = None
             if self.manifest.suites.crash_isolation == "fork":
                 # One collection; each crash costs a fork of it (ootci_plugin's --ootci-fork).
                 argv += ["-p", "no:xdist", "--ootci-fork", str(spec.workers if parallel else 1)]
+                if spec.retry_in_fork and attempt == 1:
+                    retry_xml = raw_dir / f"retry-{round_no}.xml"
+                    argv += [f"--ootci-retry-junit={retry_xml}"]
             elif parallel:
                 argv += ["-n", str(spec.workers), "--max-worker-restart", str(MAX_RESUMES * spec.workers)]
             else:
@@ -402,6 +415,8 @@ class SuiteRunner:
             parsed = junit.parse(xml)
             for case in parsed.cases:
                 result.cases[case.id] = case
+            if retry_xml is not None and retry_xml.exists():
+                result.retried.update((c.id, c) for c in junit.parse(retry_xml).cases)
             collected |= _read_lines(Path(f"{xml}.collected"))
             if not proc.timed_out and proc.returncode in _SESSION_ENDED and parsed.complete:
                 break

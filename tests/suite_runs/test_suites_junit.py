@@ -192,3 +192,34 @@ def test_a_suites_file_is_gzip_and_round_trips(tmp_path):
     garbage.write_bytes(data[:10] + b"\x00" * 50)
     broken = junit.parse(garbage)
     assert broken.cases == [] and not broken.complete and "not gzip" in broken.error
+
+
+def test_forked_run_retries_what_did_not_pass_in_one_more_fork(torch_layer, tmp_path):
+    """--ootci-retry-junit: once the forked children are done, the tests that did not pass run once
+    more in a fork of the same collected session (no interpreter, no collection), their results in a
+    file of their own; a test that failed and passes now (test_flaky) says so there."""
+    first, again, progress = tmp_path / "first.xml", tmp_path / "again.xml", tmp_path / "progress"
+    progress.mkdir()
+    done = _pytest(torch_layer.python, tmp_path, "check_outcomes.py", "-p", "ootci_plugin", "-p", "no:xdist",
+                   "--ootci-capabilities", "generator", "--ootci-suite", "outcomes", "--ootci-junit", str(first),
+                   "--ootci-fork", "2", f"--ootci-progress={progress}", f"--ootci-retry-junit={again}")
+    # The forks ran the tests: the session's own count is nothing to go by; the JUnit files are.
+    assert junit.parse(first).complete, done.stdout[-2000:] + done.stderr[-2000:]
+    cases = _by_id(junit.parse(first).cases)
+    not_passed = {i for i, c in cases.items() if c.outcome in (Outcome.failed, Outcome.error)}
+    assert "check_outcomes.py::test_flaky" in not_passed and "check_outcomes.py::test_passes" not in not_passed
+    retried = junit.parse(again)
+    assert retried.complete
+    assert {c.id for c in retried.cases} == not_passed
+    outcomes = {c.id: c.outcome for c in retried.cases}
+    assert outcomes["check_outcomes.py::test_flaky"] is Outcome.passed
+    assert outcomes["check_outcomes.py::test_fails"] is Outcome.failed
+    # Without the option no test is noted, and nothing is re-run.
+    assert list(progress.glob("not-passed-*"))
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    _pytest(torch_layer.python, fresh, "check_outcomes.py", "-p", "ootci_plugin", "-p", "no:xdist",
+            "--ootci-capabilities", "generator", "--ootci-junit", str(fresh / "plain.xml"), "--ootci-fork", "2",
+            f"--ootci-progress={fresh}")
+    assert junit.parse(fresh / "plain.xml").complete
+    assert not list(fresh.glob("not-passed-*")) and not (fresh / "again.xml").exists()
