@@ -291,6 +291,11 @@ class _State:
         # The stderr the session started with: faulthandler writes there even while
         # pytest captures fd 2 for a test.
         self.stderr_fd = os.dup(2)
+        self.progress_file: str | None = None
+        self.progress_fd: int | None = None
+        self.progress_len = 0
+        self.native_armed_at: float | None = None
+        """when faulthandler's watchdog was last armed (_arm_native)"""
         self.retrying = False
         """this process is the retry's fork (--ootci-retry-junit)"""
         self.ids = _test_ids(config)
@@ -300,6 +305,12 @@ class _State:
             self.junit = _StreamingJUnit(path, config.getoption("ootci_suite") or "pytest")
 
     def close(self) -> None:
+        if self.native_armed_at is not None:
+            faulthandler.cancel_dump_traceback_later()
+            self.native_armed_at = None
+        if self.progress_fd is not None:
+            os.close(self.progress_fd)
+            self.progress_fd = self.progress_file = None
         if self.junit is not None:
             self.junit.close()
         try:
@@ -493,14 +504,21 @@ class _State:
                 self._disarm()
 
     def _write_progress(self, nodeid: str) -> None:
+        """`<worker>.json` names the test in progress: one pwrite per test into a file kept open (a new
+        file and a rename per test cost more than many a test). Space-padded to the longest record
+        so far, so that a shorter one leaves no bytes of the last; readers read it once the writer
+        is gone, and JSON allows the trailing spaces."""
         if not self.progress_dir:
             return
-        data = {"nodeid": nodeid, "started": time.time(), "timeout": self.timeout, "pid": os.getpid()}
+        data = json.dumps({"nodeid": nodeid, "started": time.time(), "timeout": self.timeout,
+                           "pid": os.getpid()}).encode("utf-8", "replace")
         path = os.path.join(self.progress_dir, f"{self.worker}.json")
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        if self.progress_file != path:  # this process's first test (or a fork's, under its own name)
+            self.progress_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self.progress_file, self.progress_len = path, 0
+        assert self.progress_fd is not None  # opened with progress_file
+        os.pwrite(self.progress_fd, data.ljust(self.progress_len), 0)
+        self.progress_len = max(self.progress_len, len(data))
 
     def _arm(self, nodeid: str) -> bool:
         if self.timeout <= 0:
@@ -515,11 +533,23 @@ class _State:
             signal.setitimer(signal.ITIMER_REAL, limit)
         else:
             self._previous_handler = None
-        faulthandler.dump_traceback_later(limit + max(NATIVE_GRACE_S, 0.1 * limit), exit=True, file=self.stderr_fd)
+        self._arm_native(limit)
         return True
 
+    def _arm_native(self, limit: float) -> None:
+        """faulthandler ends a process stuck in native code, past the limit and a grace. Arming it
+        starts a thread, and cancelling joins it: per test, more CPU than many a test. So it is armed
+        for the limit, the grace and a slack as long again, and armed anew only once the slack is
+        used up: such a test is ended between limit + grace and limit + 2 x grace after it started
+        (and the watchdog is cancelled when the session ends)."""
+        grace = max(NATIVE_GRACE_S, 0.1 * limit)
+        now = time.monotonic()
+        if self.native_armed_at is not None and now - self.native_armed_at < grace:
+            return
+        faulthandler.dump_traceback_later(limit + 2 * grace, exit=True, file=self.stderr_fd)
+        self.native_armed_at = now
+
     def _disarm(self) -> None:
-        faulthandler.cancel_dump_traceback_later()
         if self._previous_handler is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous_handler)
