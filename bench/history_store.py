@@ -2,6 +2,7 @@
 
     python bench/history_store.py                      # 100 backends x 365 nights x 2,000 tests
     python bench/history_store.py --backends 10 --keep # smaller, keep the data for another go
+    python bench/history_store.py --backends 2 --runs 20 --tests 100000 # a year of 100 such, projected
 
 The history as the data branch keeps it (runner/history/history_store.py): headers, results packed
 against shared test sets, no logs. Phases:
@@ -10,6 +11,9 @@ against shared test sets, no logs. Phases:
   3. a nightly's fetch: `ootci history pull` (partial: every header, each backend's newest
      runs) and, for comparison, `--full`, both over git's file:// transport;
   4. a cold `ootci dashboard build` of the partial checkout, with the time from nothing to a site.
+With fewer than 100 backends or 365 nights, the size in git is projected to a year of 100
+backends: each run's packed results and header as measured, one test set per backend (the
+generator keeps a backend's tests the same every night; a set that changes costs its size again).
 """
 
 from __future__ import annotations
@@ -64,15 +68,16 @@ def main() -> int:
     ap.add_argument("--tests", type=int, default=2000)
     ap.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "ootci-history-bench")
     ap.add_argument("--keep", action="store_true", help="keep (and reuse) the generated store and its remote")
+    ap.add_argument("--failures", type=int, default=10, help="tests a red night fails, each with a 2 KB log tail")
     args = ap.parse_args()
 
     seed, remote = args.workdir / "seed", args.workdir / "remote.git"
-    stamp = args.workdir / f"data-{args.backends}x{args.runs}x{args.tests}"
+    stamp = args.workdir / f"data-{args.backends}x{args.runs}x{args.tests}-failures{args.failures}"
     if not stamp.exists():
         shutil.rmtree(args.workdir, ignore_errors=True)
         step = max(1, args.backends // 10)
         written, _ = timed(f"generate {args.backends * args.runs} runs", lambda: synthetic.write_store_fast(
-            seed / "runs", args.backends, args.runs, args.tests,
+            seed / "runs", args.backends, args.runs, args.tests, failures=args.failures,
             progress=lambda b: b % step == 0 and print(f"  {b}/{args.backends} backends", flush=True)))
         apparent, blocks, files = du(seed / "runs")
         headers = sum(p.stat().st_size for p in (seed / "runs").glob("*/record.json"))
@@ -86,6 +91,11 @@ def main() -> int:
         stamp.write_text("")
     packed, _, _ = du(remote)
     print(f"  in git (the bare remote, packed): {packed / 1e6:.0f} MB")
+    testsets = sum(p.stat().st_size for p in (seed / "runs" / ".testsets").glob("*.json.gz"))
+    per_run = (packed - testsets) / (args.backends * args.runs)
+    year = 100 * 365 * per_run + 100 * testsets / args.backends
+    print(f"  per run {per_run / 1e3:.0f} KB, test sets {testsets / args.backends / 1e3:.0f} KB a backend: "
+          f"a year of 100 backends {year / 1e9:.2f} GB (GitHub recommends at most 5 GB)")
 
     for label, extra in (("nightly fetch: pull --latest 14 (partial)", []), ("full fetch: pull --full", ["--full"])):
         checkout = args.workdir / ("partial" if not extra else "full")

@@ -219,11 +219,13 @@ def load_tests(record_path: Path, record: RunRecord) -> list[TestRow]:
         except packed_tests.PackError as exc:
             raise BadRecord(f"{source}: {exc}") from None
     try:
-        doc = _TESTS.validate_json(source.read_bytes())
+        doc = _TESTS.validate_json(record_files.read_tests_bytes(source))
     except OSError as exc:
         raise BadRecord(f"{source}: cannot read: {exc.strerror}") from None
     except ValidationError as exc:
         raise BadRecord(describe_error(source, exc)) from None
+    except ValueError as exc:  # a .gz that does not decompress
+        raise BadRecord(f"{source}: {exc}") from None
     if doc["run_id"] != record.run_id:
         raise BadRecord(f"{source}: field run_id: belongs to run {doc['run_id']!r}, not {record.run_id!r}")
     return doc["tests"]

@@ -218,9 +218,11 @@ def _status(status: str) -> str:
 # End tags of cells and rows are optional in HTML; leaving them out keeps a page of
 # thousands of tests a third smaller. Styling keys off data-outcome and column order.
 
-def test_rows(tests: Sequence[Mapping[str, Any]]) -> Markup:
-    """Rows for dashboard.records.TestRow dicts (fields at their default may be absent)."""
+def test_rows(tests: Sequence[Mapping[str, Any]], budget: int | None = None) -> tuple[Markup, int]:
+    """Rows for dashboard.records.TestRow dicts (fields at their default may be absent), and how
+    many of the tests they are: the rows stop before their HTML passes `budget` characters."""
     out: list[str] = []
+    size = 0
     append = out.append
     esc = html.escape  # 2x faster than markupsafe's escape, which wraps every result in Markup
     suites: dict[str, str] = {}
@@ -236,14 +238,18 @@ def test_rows(tests: Sequence[Mapping[str, Any]]) -> Markup:
             suite = suites[t["suite"]] = esc(t["suite"])
         message, log_tail, attempts = t.get("message"), t.get("log_tail"), t.get("attempts", 1)
         if not (message or log_tail or attempts > 1):  # most tests: a plain pass
-            append(f'<tr data-outcome="{o}"><td>{o}<td>{esc(t["id"])}<td>{suite}<td>{duration}<td>')
-            continue
-        detail = f'<pre class="msg">{esc(cut(message))}</pre>' if message else ""
-        if log_tail:
-            detail += f'<details><summary>log tail</summary><pre class="log">{esc(cut(log_tail))}</pre></details>'
-        extra = f" ×{attempts}" if attempts > 1 else ""
-        append(f'<tr data-outcome="{o}"><td>{o}<td>{esc(t["id"])}<td>{suite}<td>{duration}{extra}<td>{detail}')
-    return Markup("\n".join(out))
+            row = f'<tr data-outcome="{o}"><td>{o}<td>{esc(t["id"])}<td>{suite}<td>{duration}<td>'
+        else:
+            detail = f'<pre class="msg">{esc(cut(message))}</pre>' if message else ""
+            if log_tail:
+                detail += f'<details><summary>log tail</summary><pre class="log">{esc(cut(log_tail))}</pre></details>'
+            extra = f" ×{attempts}" if attempts > 1 else ""
+            row = f'<tr data-outcome="{o}"><td>{o}<td>{esc(t["id"])}<td>{suite}<td>{duration}{extra}<td>{detail}'
+        size += len(row) + 1
+        if budget is not None and size > budget:
+            break
+        append(row)
+    return Markup("\n".join(out)), len(out)
 
 
 _Row = TypeVar("_Row", bound=Mapping[str, Any])  # a TestRow, or a plain dict of one

@@ -36,13 +36,19 @@ from ootci.dashboard.records import (
 )
 from ootci.dashboard.store import Index, Run, safe_name
 from ootci.runner import models
-from ootci.runner.core import procs
+from ootci.runner.core import atomic, procs
 from ootci.runner.history import history_store
+from ootci.runner.records import packed_tests, record_files
 
 STAMP = ".ootci-build.json"
 # Two weeks of nights: 100 backends' pages stay well under GitHub Pages' 1 GB (docs/dashboard.md).
 DEFAULT_RUN_PAGES = history_store.PAGED_RUNS  # what a nightly's `ootci history pull` fetches
 PARALLEL_FROM = 64  # records; fewer are parsed in-process
+PAGE_ROWS_BYTES = 500_000
+"""HTML of the tests one run page lists at most (the worst first): a run of 100,000 tests with
+5,000 failures keeps its page under 1 MB, the rest is in its JSON (tests_api)"""
+TESTSETS = "api/testsets"
+"""the test sets the runs' JSON lists are packed against, shared by the runs of the same tests"""
 
 
 @dataclass
@@ -303,6 +309,14 @@ class _Build:
         finally:
             pages.close()
         self.index.set_pages(pages.written)
+        self._drop_unused_testsets()
+
+    def _drop_unused_testsets(self) -> None:
+        """The test sets no run page of the site refers to any more."""
+        used = {rel for files in self.index.page_runs().values() for rel in files if rel.startswith(f"{TESTSETS}/")}
+        for path in (self.staging / TESTSETS).glob("*.json.gz"):
+            if f"{TESTSETS}/{path.name}" not in used:
+                path.unlink()
 
     def _write_other_pages(self, build_id: str, backends: list[str], fresh: dict[str, list[Run]],
                            wanted: dict[str, list[Run]], cache: dict[str, dict], paged: set[int]) -> None:
@@ -375,6 +389,8 @@ class _Build:
 
     def _drop_page(self, files: list[str]) -> None:
         for rel in files:
+            if rel.startswith(f"{TESTSETS}/"):
+                continue  # shared with other runs' pages: _drop_unused_testsets
             path = self.staging / rel
             if path.is_file():
                 path.unlink()
@@ -590,17 +606,17 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
         logs[stage.name] = target.rsplit("/", 1)[1]
     ordered, counts = render.sorted_tests(tests)
     up = upstream.section(upstream.stage_info(record), None if unreadable else upstream.file_summaries(tests))
-    # The tests that did not pass are the page; the passed ones (most of a run: 3,700 of OpenReg's
-    # 3,800) are a page of their own, linked from it, so the run page stays short and small.
+    # The tests that did not pass are the page, worst first, as many as PAGE_ROWS_BYTES holds; the
+    # passed ones (most of a run) are counted, never listed: every test is in the run's JSON.
     listed = [t for t in ordered if t["outcome"] != "passed"]
-    passed = [t for t in ordered if t["outcome"] == "passed"]
-    passed_page = f"{base}.passed.html"
-    page_name = base.rsplit("/", 1)[-1]
+    rows, shown = render.test_rows(listed, budget=PAGE_ROWS_BYTES)
+    api = tests_api(root, base, record, tests) if tests else []
+    files += api
     text = render.page("run.html.j2", root="../../", r=record, logs=logs, missing_logs=problems,
                        artifacts=artifacts_link(record),
-                       total=len(tests), unreadable=unreadable, rows=render.test_rows(listed),
+                       total=len(tests), unreadable=unreadable, rows=rows, shown=shown,
                        counts=[(o, n) for o, n in counts if o != "passed"], listed=len(listed),
-                       passed=len(passed), passed_href=passed_page.rsplit("/", 1)[-1],
+                       passed=len(tests) - len(listed), tests_href=api[0].rsplit("/", 1)[-1] if api else None,
                        backend_href="../../" + backend_href,
                        reproduce=record.reproduce(), upstream=up,
                        causes=causes.record_rows(record, logs, since),
@@ -608,13 +624,6 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
     page = f"{base}.html"
     _replace(root / page)
     (root / page).write_text(text, encoding="utf-8")
-    _replace(root / passed_page)
-    if passed:
-        (root / passed_page).write_text(render.page(
-            "passed.html.j2", root="../../", r=record, total=len(passed), rows=render.test_rows(passed),
-            backend_href="../../" + backend_href, run_href=f"{page_name}.html", generated=render.now_iso()),
-            encoding="utf-8")
-        files.append(passed_page)
     if record.tests_pruned_at is not None:
         return None, [page] + files, records.NO_TESTS  # pruned on purpose: nothing to warn about
     if unreadable:
@@ -623,6 +632,28 @@ def write_run_page(data_dir: str, rel: str, staging: str, base: str, backend_hre
     if in_worker:
         return None, [page] + files, records.digest_in_worker(tests, record.test_ids_hash, with_ops)
     return None, [page] + files, records.digest(tests, with_ops=with_ops)
+
+
+def tests_api(root: Path, base: str, record: models.RunRecord, tests: list) -> list[str]:
+    """Every test of the run, in the history's packed form (runner/records/packed_tests.py): the
+    run's `RUN.tests.json.gz` (outcomes, durations, and the messages and log tails of the tests that
+    have any) against a test set, `api/testsets/<fingerprint>.json.gz`, that every run of the same
+    tests shares. The site files written: the run's first, then its test set. None for tests whose
+    ids repeat (a set is keyed by id): the page alone shows them."""
+    try:
+        rows = packed_tests.testset_rows(tests)
+        fingerprint = record_files.ids_hash(row[0] for row in rows)
+        results = packed_tests.pack(record.run_id, fingerprint, rows, tests)
+    except packed_tests.PackError:
+        return []
+    own, shared = f"{base}.tests.json.gz", f"{TESTSETS}/{fingerprint}.json.gz"
+    _replace(root / own)
+    atomic.write_bytes(root / own, packed_tests.dumps(results))
+    if not (root / shared).is_file():
+        # Run pages are written side by side: the same set may come twice, each write whole.
+        (root / shared).parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(root / shared, packed_tests.dumps(rows))
+    return [own, shared]
 
 
 def artifacts_link(record: models.RunRecord, now: dt.datetime | None = None) -> dict | None:

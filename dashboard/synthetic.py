@@ -13,6 +13,7 @@ string templating (100 backends x 365 nights x 2,000 tests for `bench/`).
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import hashlib
 import json
 import os
@@ -266,14 +267,16 @@ class FastNight:
     head: dict  # record.json's fields but the stages
     stages: str  # the stages as a JSON list's items
     specs: list[tuple[str, str, str]]  # (test id, op, dtype) of every test, in the backend's order
-    changed: dict[int, tuple[str, str, int]]  # test index -> (outcome, message, attempts); the rest passed
+    # test index -> (outcome, message, attempts, log tail); the rest passed
+    changed: dict[int, tuple[str, str, int, str]]
 
 
 def fast_nights(backends: int, nights: int, tests: int, *, start_night: int = 0, only: int | None = None,
-                bench: int = 0):
+                bench: int = 0, failures: int = 10):
     """Yield FastNight for backends x nights, backend by backend (None after each backend).
     bench: how many backends (the first ones) have a bench stage; every fifth of them is 25 %
-    slower in its first measurement for its last five nights."""
+    slower in its first measurement for its last five nights. failures: the tests a red night
+    fails, each with a log tail as long as the runner keeps."""
     n_ops = max(1, tests // (len(DTYPES) * 2))
     ops = [f"op{i:04d}" for i in range(n_ops)]
     for b in range(backends) if only is None else [only]:
@@ -286,15 +289,15 @@ def fast_nights(backends: int, nights: int, tests: int, *, start_night: int = 0,
             rng = random.Random(b * 100_003 + night)
             red = red_from is not None and night >= red_from
             failing = red
-            changed: dict[int, tuple[str, str, int]] = {}
+            changed: dict[int, tuple[str, str, int, str]] = {}
             for k in rng.sample(range(len(specs)), k=min(3, len(specs))):
                 outcome = "flaky" if rng.random() < 0.7 else "failed"
                 failing = failing or outcome == "failed"
-                changed[k] = (outcome, "RuntimeError: synthetic intermittent failure", 2)
+                changed[k] = (outcome, "RuntimeError: synthetic intermittent failure", 2, "")
             if red:
-                for k in range(0, min(len(specs), 40), 4):
-                    changed[k] = ("failed", "AssertionError: Tensor-likes are not close!", 1)
-            notable = {specs[k][0]: outcome for k, (outcome, _, _) in changed.items()}
+                for k in range(0, min(len(specs), failures * 4), 4):
+                    changed[k] = ("failed", "AssertionError: Tensor-likes are not close!", 1, _LOG_TAIL)
+            notable = {specs[k][0]: outcome for k, (outcome, _, _, _) in changed.items()}
             counts = {"passed": len(specs) - len(notable)}
             for outcome in notable.values():
                 counts[outcome] = counts.get(outcome, 0) + 1
@@ -322,12 +325,17 @@ def fast_nights(backends: int, nights: int, tests: int, *, start_night: int = 0,
         yield None
 
 
+_LOG_TAIL = "".join(f"  File \"test/test_ops.py\", line {1000 + i}, in test_compare_cpu\n    self.assertEqual(actual, "
+                    f"expected)\n" for i in range(20)) + "AssertionError: Tensor-likes are not close!\n"
+"""a failure's log tail, about 2 KB: the runner keeps up to 4 KB of one"""
+
+
 def _record_text(night: FastNight) -> str:
     return f'{json.dumps(night.head)[:-1]}, "stages": [{night.stages}]}}'
 
 
 def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_night: int = 0,
-               only: int | None = None, progress=None, bench: int = 0) -> int:
+               only: int | None = None, progress=None, bench: int = 0, failures: int = 10) -> int:
     """Write backends x nights records of `tests` tests each without building models.
 
     Each run is the record.json and tests.json that runner.records.record_files writes; a passing
@@ -336,7 +344,8 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
     Returns the bytes written.
     """
     written, done, base = 0, 0, None
-    for night in fast_nights(backends, nights, tests, start_night=start_night, only=only, bench=bench):
+    for night in fast_nights(backends, nights, tests, start_night=start_night, only=only, bench=bench,
+                             failures=failures):
         if night is None:
             done, base = done + 1, None
             if progress:
@@ -345,21 +354,26 @@ def write_fast(root: Path, backends: int, nights: int, tests: int, *, start_nigh
         if base is None:
             base = [_fast_test(tid, "integration", "passed", op=op, dtype=dt_) for tid, op, dt_ in night.specs]
         entries = list(base)
-        for k, (outcome, message, attempts) in night.changed.items():
+        for k, (outcome, message, attempts, log_tail) in night.changed.items():
             tid, op, dt_ = night.specs[k]
-            entries[k] = _fast_test(tid, "integration", outcome, op=op, dtype=dt_, message=message, attempts=attempts)
-        text = _record_text(night)
-        tests_text = f'{{"schema_version": 1, "run_id": "{night.run_id}", "tests": [{",".join(entries)}]}}'
+            entries[k] = _fast_test(tid, "integration", outcome, op=op, dtype=dt_, message=message, attempts=attempts,
+                                    log_tail=log_tail)
+        tests_text = f'{{"schema_version": 1, "run_id": "{night.run_id}", "tests": [{",".join(entries)}]}}'.encode()
         run_dir = root / night.backend / night.run_id
         os.makedirs(run_dir / "logs", exist_ok=True)
-        (run_dir / record_files.TESTS_NAME).write_text(tests_text)
+        if len(tests_text) >= record_files.COMPRESS_FROM:  # as record_files.write_tests writes a big list
+            night.head["tests_file"] = record_files.TESTS_GZ_NAME
+            tests_text = gzip.compress(tests_text, compresslevel=1, mtime=0)
+        (run_dir / night.head["tests_file"]).write_bytes(tests_text)
+        text = _record_text(night)
         (run_dir / record_files.RECORD_NAME).write_text(text)
         (run_dir / "logs" / "integration.log").write_text("synthetic integration log\n")
         written += len(text) + len(tests_text)
     return written
 
 
-def write_store_fast(runs: Path, backends: int, nights: int, tests: int, *, progress=None) -> int:
+def write_store_fast(runs: Path, backends: int, nights: int, tests: int, *, progress=None,
+                     failures: int = 10) -> int:
     """The same runs as write_fast, laid out as the history keeps them (runner.history.history_store):
     headers, results packed against one shared test set per backend, no logs. Durations vary
     from night to night as real ones do (they are most of a packed run's bytes).
@@ -367,7 +381,7 @@ def write_store_fast(runs: Path, backends: int, nights: int, tests: int, *, prog
     written, done, rows = 0, 0, None
     letter = {o: packed_tests.pack("x", "x", [["t", "s", None, None]],
                                    [TestResult(id="t", suite="s", outcome=o)])["outcomes"] for o in Outcome}
-    for night in fast_nights(backends, nights, tests):
+    for night in fast_nights(backends, nights, tests, failures=failures):
         if night is None:
             done, rows = done + 1, None
             if progress:
@@ -382,10 +396,11 @@ def write_store_fast(runs: Path, backends: int, nights: int, tests: int, *, prog
         rng = random.Random(night.run_id)
         outcomes, details = [], {}
         for position, i in enumerate(order):
-            outcome, message, attempts = night.changed.get(i, ("passed", "", 1))
+            outcome, message, attempts, log_tail = night.changed.get(i, ("passed", "", 1, ""))
             outcomes.append(letter[Outcome(outcome)])
             if message:
-                details[str(position)] = {"message": message, **({"attempts": attempts} if attempts != 1 else {})}
+                details[str(position)] = {"message": message, **({"attempts": attempts} if attempts != 1 else {}),
+                                          **({"log_tail": log_tail} if log_tail else {})}
         results = {"packed_version": packed_tests.PACKED_VERSION, "run_id": night.run_id,
                    "testset": night.head["test_ids_hash"], "outcomes": "".join(outcomes),
                    "durations_ms": [int(rng.lognormvariate(3, 1.2)) for _ in order], "details": details}
@@ -403,11 +418,13 @@ def _write(path: Path, data: bytes) -> int:
 
 
 def _fast_test(tid: str, suite: str, outcome: str, *, op: str | None = None, dtype: str | None = None,
-               message: str = "", attempts: int = 1) -> str:
+               message: str = "", attempts: int = 1, log_tail: str = "") -> str:
     # Fields at their default are left out, as a compact writer would: the record still loads.
     entry = {"id": tid, "suite": suite, "outcome": outcome, "duration_s": 0.01, "op": op, "dtype": dtype}
     if message:
         entry["message"] = message
+    if log_tail:
+        entry["log_tail"] = log_tail
     if attempts != 1:
         entry["attempts"] = attempts
     return json.dumps(entry, separators=(",", ":"))

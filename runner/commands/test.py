@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--torch-repo", help="with --suite upstream: the PyTorch repository to fetch test/ from "
                                         "(default $OOTCI_TORCH_REPO or GitHub)")
     p.add_argument("--out", type=Path, default=Path("out/test"),
-                   help="directory for junit/<suite>.xml, logs/ and record.json (default: out/test)")
+                   help="directory for junit/<suite>.xml.gz, logs/ and record.json (default: out/test)")
     p.add_argument("--jobs", type=int, help="pytest-xdist workers for the integration suite (default: CPUs, at most 4)")
     p.add_argument("--shard-plan", type=Path, metavar="PLAN",
                    help="with --suite upstream: run job K's part of the plan of `ootci shards plan` (--shard K); "

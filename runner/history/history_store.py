@@ -57,8 +57,7 @@ def _store_tests(record: RunRecord, header: RunRecord, staging: Path, target: Pa
     except packed_tests.PackError:
         # Ids that occur twice, or a set whose suites or ops differ from the stored set of the
         # same ids: such a run keeps its whole test list, as the runner wrote it.
-        record_files.write_tests(staging, record)
-        return record_files.TESTS_NAME
+        return record_files.write_tests(staging, record)
     (staging / packed_tests.RESULTS_NAME).write_bytes(packed_tests.dumps(results))
     return packed_tests.RESULTS_NAME
 
@@ -173,13 +172,15 @@ def prune(runs: Path, *, keep_results_days: int, now: dt.datetime) -> Pruned:
         except (OSError, ValueError):
             continue  # not ours to judge: `ootci dashboard build` names what is wrong with it
         for extra in sorted(run_dir.iterdir()):
-            if extra.name not in (record_files.RECORD_NAME, packed_tests.RESULTS_NAME, record_files.TESTS_NAME):
+            if extra.name not in (record_files.RECORD_NAME, packed_tests.RESULTS_NAME, record_files.TESTS_NAME,
+                                  record_files.TESTS_GZ_NAME):
                 pruned.bytes += _remove(extra)
                 pruned.leftovers += 1
         if record.tests_file is None:
             continue
         if _aware(record.started_at) >= cutoff:
-            if record.tests_file == record_files.TESTS_NAME and (run_dir / record.tests_file).is_file():
+            if record.tests_file in (record_files.TESTS_NAME, record_files.TESTS_GZ_NAME) and \
+                    (run_dir / record.tests_file).is_file():
                 # Written before the packed form: packed now, so an old history shrinks too.
                 before = _size(run_dir)
                 try:

@@ -496,7 +496,7 @@ def run_context(repo: Path, spec: torchspec.TorchSpec, options: InitOptions, rep
                        torch=TorchInfo(spec=spec.raw), started_at=now, ootci_version=__version__)
     # What an earlier init of this repository left: its run's results are not this one's.
     shutil.rmtree(work / "junit", ignore_errors=True)
-    for stale in (record_files.RECORD_NAME, record_files.TESTS_NAME):
+    for stale in (record_files.RECORD_NAME, record_files.TESTS_NAME, record_files.TESTS_GZ_NAME):
         (work / stale).unlink(missing_ok=True)
     options_ = RunOptions(torch=spec.raw, out=work, index_url=options.index_url, torch_repo=options.torch_repo,
                           jobs=options.jobs, cache=cache, suites=options.suites, upstream_tests=options.upstream_tests)

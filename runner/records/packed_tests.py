@@ -21,8 +21,10 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from ootci.runner.models import Outcome, TestResult
 
@@ -49,29 +51,43 @@ class PackError(ValueError):
     """Tests that do not fit a shared test set, or a packed file that does not decode."""
 
 
-def testset_rows(tests: list[TestResult]) -> list[list]:
+Test = TestResult | Mapping[str, Any]
+"""a TestResult, or its fields as a dict with those at their default left out (the dashboard's rows)"""
+
+
+_FIELD_DEFAULT = {name: info.default for name, info in TestResult.model_fields.items()}
+
+
+def _get(test: Test, name: str):
+    if isinstance(test, Mapping):
+        return test.get(name, _FIELD_DEFAULT[name])
+    return getattr(test, name)
+
+
+def testset_rows(tests: Sequence[Test]) -> list[list]:
     """The test set of these tests: [id, suite, op, dtype] per test, sorted by id.
 
     PackError when an id occurs twice: a set is keyed by id.
     """
-    rows = sorted(([t.id, t.suite, t.op, t.dtype] for t in tests), key=lambda row: row[0] or "")
+    rows = sorted(([_get(t, "id"), _get(t, "suite"), _get(t, "op"), _get(t, "dtype")] for t in tests),
+                  key=lambda row: row[0] or "")
     for before, after in pairwise(rows):
         if before[0] == after[0]:
             raise PackError(f"test id {before[0]!r} occurs twice")
     return rows
 
 
-def pack(run_id: str, testset: str, rows: list[list], tests: list[TestResult]) -> dict:
+def pack(run_id: str, testset: str, rows: list[list], tests: Sequence[Test]) -> dict:
     """The results document of `tests`, in the order of the set's rows (testset_rows of the same tests)."""
-    by_id = {t.id: t for t in tests}
+    by_id = {_get(t, "id"): t for t in tests}
     if len(by_id) != len(rows) or any(row[0] not in by_id for row in rows):
         raise PackError(f"the tests of run {run_id} are not the tests of set {testset}")
     outcomes, durations, details = [], [], {}
     for index, row in enumerate(rows):
         t = by_id[row[0]]
-        outcomes.append(_LETTER[t.outcome])
-        durations.append(round(t.duration_s * 1000))
-        extra = {name: getattr(t, name) for name in _DETAILS if getattr(t, name) != _DEFAULT[name]}
+        outcomes.append(_LETTER[Outcome(_get(t, "outcome"))])
+        durations.append(round(_get(t, "duration_s") * 1000))
+        extra = {name: _get(t, name) for name in _DETAILS if _get(t, name) != _DEFAULT[name]}
         if extra:
             details[str(index)] = extra
     return {"packed_version": PACKED_VERSION, "run_id": run_id, "testset": testset,

@@ -7,12 +7,18 @@ dashboard's history of 365 nights, `ootci summary`, `ootci history merge`. So
 ids and the tests that did not pass (`test_counts`, `test_ids_hash`, `notable_tests`),
 a few kilobytes; `tests.json` carries every TestResult. Records written before the
 split keep their tests inline and still load.
+
+A big run's list is gzip'd, as `tests.json.gz`: 100,000 tests are about 17 MB of JSON and under
+1 MB compressed, and a run's artifact must stay small. A list under COMPRESS_FROM bytes stays
+plain JSON (a vendor reads it with any tool). `tests_file` names which; readers take either.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import zlib
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
@@ -23,6 +29,9 @@ from ootci.runner.records import packed_tests
 
 RECORD_NAME = "record.json"
 TESTS_NAME = "tests.json"
+TESTS_GZ_NAME = "tests.json.gz"
+COMPRESS_FROM = 1_000_000
+"""bytes of JSON from which tests.json is written gzip'd (about 6,000 tests)"""
 BISECT_NAME = "bisect.json"
 """a bisection's record (runner.bisection.bisect); the run directories of its steps lie below it"""
 _QUIET = frozenset({Outcome.passed, Outcome.skipped})
@@ -54,11 +63,11 @@ def ids_hash(ids) -> str:
     return hashlib.blake2b("\n".join(sorted(set(ids))).encode(), digest_size=12).hexdigest()
 
 
-def header(record: RunRecord) -> RunRecord:
-    """The record as record.json holds it: tests replaced by a summary and a pointer to tests.json."""
+def header(record: RunRecord, tests_file: str = TESTS_NAME) -> RunRecord:
+    """The record as record.json holds it: tests replaced by a summary and a pointer to tests_file."""
     counts, notable = tally(record.tests)
     return record.model_copy(update={
-        "tests": [], "tests_file": TESTS_NAME if record.tests else None, "test_counts": counts,
+        "tests": [], "tests_file": tests_file if record.tests else None, "test_counts": counts,
         "test_ids_hash": ids_hash(t.id for t in record.tests) if record.tests else None, "notable_tests": notable,
     })
 
@@ -68,19 +77,36 @@ def write(run_dir: Path, record: RunRecord) -> Path:
 
     In that order a reader that finds a record.json also finds the tests it counts.
     """
-    if record.tests:
-        write_tests(run_dir, record)
+    tests_file = write_tests(run_dir, record) if record.tests else TESTS_NAME
     path = run_dir / RECORD_NAME
-    atomic.write_text(path, header(record).model_dump_json(indent=2) + "\n")
+    atomic.write_text(path, header(record, tests_file).model_dump_json(indent=2) + "\n")
     return path
 
 
-def write_tests(run_dir: Path, record: RunRecord) -> None:
-    """The record's tests as tests.json in run_dir, atomically."""
+def write_tests(run_dir: Path, record: RunRecord) -> str:
+    """The record's tests as tests.json in run_dir (tests.json.gz when big), atomically; the file's
+    name. Only one of the two is left."""
     # Fields at their default are left out: most tests have no message, log tail or retry.
-    tests = _TEST_LIST.dump_json(record.tests, exclude_defaults=True).decode()
-    head = json.dumps({"schema_version": SCHEMA_VERSION, "run_id": record.run_id})
-    atomic.write_text(run_dir / TESTS_NAME, f'{head[:-1]}, "tests": {tests}}}\n')
+    tests = _TEST_LIST.dump_json(record.tests, exclude_defaults=True)
+    head = json.dumps({"schema_version": SCHEMA_VERSION, "run_id": record.run_id}).encode()
+    text = head[:-1] + b', "tests": ' + tests + b"}\n"
+    name, other = (TESTS_GZ_NAME, TESTS_NAME) if len(text) >= COMPRESS_FROM else (TESTS_NAME, TESTS_GZ_NAME)
+    atomic.write_bytes(run_dir / name, gzip.compress(text, compresslevel=6, mtime=0) if name == TESTS_GZ_NAME
+                       else text)
+    (run_dir / other).unlink(missing_ok=True)
+    return name
+
+
+def read_tests_bytes(source: Path) -> bytes:
+    """The JSON of a tests.json or tests.json.gz: OSError when it cannot be read, ValueError when
+    a .gz does not decompress."""
+    data = source.read_bytes()
+    if not source.name.endswith(".gz"):
+        return data
+    try:
+        return gzip.decompress(data)
+    except (EOFError, OSError, zlib.error) as exc:  # gzip's BadGzipFile is an OSError
+        raise ValueError(f"not gzip'd JSON: {exc}") from None
 
 
 def tests_path(record_path: Path, record: RunRecord) -> Path | None:
@@ -101,7 +127,7 @@ def read(record_path: Path, *, with_tests: bool = True) -> RunRecord:
         if source.name == packed_tests.RESULTS_NAME:
             record.tests = _TEST_LIST.validate_python(packed_rows(record_path, record))
         else:
-            record.tests = TestsFile.model_validate_json(source.read_bytes()).tests
+            record.tests = TestsFile.model_validate_json(read_tests_bytes(source)).tests
     return record
 
 

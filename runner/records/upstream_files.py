@@ -10,9 +10,11 @@ record, a merge of shards and the dashboard all say the same.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from ootci.runner.models import Outcome, TestResult
+from ootci.runner.models import Outcome
 
 SUITE = "upstream"
 
@@ -72,7 +74,20 @@ class FileSummary:
 _BAD = frozenset({Outcome.failed, Outcome.error, Outcome.crashed, Outcome.timeout, Outcome.xpassed})
 
 
-def summarize(tests: list[TestResult]) -> dict[str, FileSummary]:
+class Summarized(Protocol):
+    """What summarize reads of a test: a TestResult, or a lighter row of the same fields."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def suite(self) -> str: ...
+    @property
+    def outcome(self) -> Outcome: ...
+    @property
+    def message(self) -> str: ...
+
+
+def summarize(tests: Iterable[Summarized]) -> dict[str, FileSummary]:
     """file -> its summary, for the upstream suite's tests, files in order of name."""
     files: dict[str, FileSummary] = {}
     for t in tests:

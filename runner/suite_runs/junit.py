@@ -5,6 +5,9 @@ may have died: ootci's own suite plugin appends one <testcase> at a time and wri
 the closing tags only at the end, and a vendor's pytest may be killed while writing.
 Every test case that was complete before the file broke off is kept.
 
+The classified file ootci keeps of a suite is gzip'd (`<suite>.xml.gz`, SUFFIX): a run of
+100,000 tests is about 35 MB of XML and 2 MB compressed. `parse` reads either form, by content.
+
 Understood dialects: ootci's plugin (authoritative `ootci.outcome` and `nodeid`
 properties), pytest's junitxml (xunit1 and xunit2, xfail as `skipped
 type="pytest.xfail"`), and generic JUnit (`failure`, `error`, `skipped`).
@@ -12,15 +15,20 @@ type="pytest.xfail"`), and generic JUnit (`failure`, `error`, `skipped`).
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import tempfile
 import xml.etree.ElementTree as ET
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ootci.runner.models import Outcome, TestResult
 
+SUFFIX = ".xml.gz"
+"""a suite's classified JUnit file is `<suite>.xml.gz` (see suite_file)"""
+_GZIP_MAGIC = b"\x1f\x8b"
 MESSAGE_CHARS = 1000
 TAIL_CHARS = 4000
 _TIMEOUT_TEXT = re.compile(r"\bTimeout\b|\btimed out\b|OotciTestTimeout", re.IGNORECASE)
@@ -108,14 +116,31 @@ def _read_case(case: ET.Element) -> JUnitCase:
     return JUnitCase(_case_id(case, props), outcome, duration, message.strip(), detail, output.strip(), props)
 
 
+def suite_file(junit_dir: Path, suite: str) -> Path:
+    """Where a suite's classified JUnit file lies in a run's junit/ folder."""
+    return junit_dir / f"{suite}{SUFFIX}"
+
+
+def _inflate(data: bytes) -> tuple[bytes, str | None]:
+    """The XML of a gzip'd file, as far as it goes: a file cut short keeps what came before the cut."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        return inflater.decompress(data) + inflater.flush(), None if inflater.eof else "gzip stream cut short"
+    except zlib.error as exc:
+        return b"", f"not gzip: {exc}"
+
+
 def parse(path: Path) -> JUnitFile:
-    """Every complete <testcase> of the file, in order; duplicates keep the last."""
+    """Every complete <testcase> of the file (plain or gzip'd XML), in order; duplicates keep the last."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return JUnitFile([], False, f"{path}: no such file")
     except OSError as exc:
         return JUnitFile([], False, f"{path}: cannot read: {exc.strerror}")
+    cut = None
+    if data.startswith(_GZIP_MAGIC):
+        data, cut = _inflate(data)
     parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("end",))
     cases: dict[str, JUnitCase] = {}
     error = None
@@ -134,7 +159,8 @@ def parse(path: Path) -> JUnitFile:
         parser.close()
         complete = True
     except ET.ParseError as exc:
-        error = f"{path}: XML broke off ({exc}); kept the {len(cases)} complete test cases before it"
+        why = cut or f"XML broke off ({exc})"
+        error = f"{path}: {why}; kept the {len(cases)} complete test cases before it"
     return JUnitFile(list(cases.values()), complete, error)
 
 
@@ -160,7 +186,8 @@ def _clean(text: str) -> str:
 
 
 def write(path: Path, suite: str, results: list[TestResult]) -> None:
-    """The final, classified JUnit file of one suite, written atomically.
+    """The final, classified JUnit file of one suite, written atomically; gzip'd where the name
+    ends in .gz (suite_file's name).
 
     Outcomes JUnit has no word for are kept as properties (`ootci.outcome`,
     `attempts`), and mapped to the nearest element for other JUnit readers: flaky
@@ -197,7 +224,11 @@ def write(path: Path, suite: str, results: list[TestResult]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            ET.ElementTree(root).write(f, encoding="utf-8", xml_declaration=True)
+            # No timestamp in the gzip header: the same results are the same bytes.
+            out = gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6, mtime=0) if path.suffix == ".gz" else f
+            ET.ElementTree(root).write(out, encoding="utf-8", xml_declaration=True)
+            if out is not f:
+                out.close()
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -206,7 +206,7 @@ def _suite_stage(name: str, parts: dict[int, StageResult], n: int, missing: list
             status = Status.failed
         suites[suite] = {"status": status.value, "counts": counts,
                          "duration_s": max(float(e.get("duration_s") or 0) for e in entries),
-                         "junit": f"junit/{suite}.xml"}
+                         "junit": f"junit/{suite}{junit.SUFFIX}"}
     stage_tests = [t for t in tests if t.suite in suites]
     lines = [f"{s}: " + (", ".join(f"{v} {o}" for o, v in d["counts"].items()) or "no tests")
              for s, d in suites.items()]
@@ -439,7 +439,8 @@ def write_merged(out: Path, record: RunRecord, logs: dict[str, list[tuple[int, P
         atomic.write_text(run_dir / "logs" / f"{name}.log", "".join(chunks))
     for stage in record.stages:
         for suite in stage.data.get("suites", {}) if stage.name in SUITES else ():
-            junit.write(run_dir / "junit" / f"{suite}.xml", suite, [t for t in record.tests if t.suite == suite])
+            junit.write(junit.suite_file(run_dir / "junit", suite), suite,
+                        [t for t in record.tests if t.suite == suite])
     return record_files.write(run_dir, record)
 
 

@@ -22,8 +22,9 @@ How one suite runs:
    attempt's time (at least RETRY_FLOOR_S), cheap failures first. What was re-run, and what
    the budget left out, is in the stage's data (`suites.<name>.retries`).
 3. Expected failures from the manifest become `xfailed`, or `xpassed` if they passed.
-4. The classified results are written to `<junit dir>/<suite>.xml`; the raw files
-   of every attempt stay under `<junit dir>/raw/<suite>/`.
+4. The classified results are written to `<junit dir>/<suite>.xml.gz`. The raw files
+   of every attempt (under `<junit dir>/raw/<suite>/` while the suite runs) are deleted:
+   everything they said is in the classified file.
 """
 
 from __future__ import annotations
@@ -92,6 +93,10 @@ class SuiteSpec:
     """import the backend before the tests (--ootci-import); False for a run that must not have it"""
     dtypes: list[str] | None = None
     """the dtypes it runs in (None: every dtype the manifest claims)"""
+    retry_in_fork: bool = False
+    """with crash isolation by fork: the tests that did not pass run once more in a fork of the same
+    session (ootci_plugin's --ootci-retry-junit), at the cost of neither an interpreter nor a
+    collection; their results are SuiteRun.retried, for the caller to judge"""
 
     @property
     def is_command(self) -> bool:
@@ -134,6 +139,8 @@ class SuiteRun:
     duration_s: float = 0.0
     retries: dict | None = None
     """how the retries went: re-run, deterministic, left out by the budget, time spent and allowed"""
+    retried: dict[str, TestResult] = field(default_factory=dict)
+    """test id -> its result when run once more in a fork of the same session (SuiteSpec.retry_in_fork)"""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -148,6 +155,8 @@ class _Attempt:
     suite_timed_out: bool = False
     not_reached: set[str] = field(default_factory=set)
     """Collected tests the process never got to (recorded as errors)."""
+    retried: dict[str, JUnitCase] = field(default_factory=dict)
+    """the re-runs of SuiteSpec.retry_in_fork"""
     cut_by_budget: bool = False
     """the retry budget ran out while this attempt ran (a retry only)"""
 
@@ -198,10 +207,17 @@ class SuiteRunner:
         else:
             first = self._attempt(spec, raw_dir, attempt=1, only=only)
             results, retries = self._with_retries(spec, raw_dir, first, time.monotonic() - start)
-        out = raw_dir / "classified.xml" if spec.part else self.junit_dir / f"{spec.name}.xml"
-        junit.write(out, spec.name, results)
+        # What the processes wrote is in the results now: their raw files go (at 20,000 tests they
+        # were 19 MB of a 26 MB junit/ folder). A part's caller writes the suite's file.
+        shutil.rmtree(raw_dir, ignore_errors=True)
+        if not spec.part:
+            remove_empty(raw_dir.parent, self.junit_dir)
+        out = None if spec.part else junit.suite_file(self.junit_dir, spec.name)
+        if out is not None:
+            junit.write(out, spec.name, results)
         run = SuiteRun(spec.name, Status.passed, results, list(first.problems), out,
-                       duration_s=time.monotonic() - start, retries=retries)
+                       duration_s=time.monotonic() - start, retries=retries,
+                       retried={i: c.to_result(spec.name, attempts=2) for i, c in first.retried.items()})
         run.root_cause = first.root_cause
         self._judge(run, first)
         return run
@@ -371,9 +387,13 @@ class SuiteRunner:
             # A retry of a few tests is faster in one process than in workers that each
             # collect the whole suite first.
             parallel = spec.workers > 1 and (only is None or len(only) >= XDIST_MIN_TESTS)
+            retry_xml = None
             if self.manifest.suites.crash_isolation == "fork":
                 # One collection; each crash costs a fork of it (ootci_plugin's --ootci-fork).
                 argv += ["-p", "no:xdist", "--ootci-fork", str(spec.workers if parallel else 1)]
+                if spec.retry_in_fork and attempt == 1:
+                    retry_xml = raw_dir / f"retry-{round_no}.xml"
+                    argv += [f"--ootci-retry-junit={retry_xml}"]
             elif parallel:
                 argv += ["-n", str(spec.workers), "--max-worker-restart", str(MAX_RESUMES * spec.workers)]
             else:
@@ -402,6 +422,8 @@ class SuiteRunner:
             parsed = junit.parse(xml)
             for case in parsed.cases:
                 result.cases[case.id] = case
+            if retry_xml is not None and retry_xml.exists():
+                result.retried.update((c.id, c) for c in junit.parse(retry_xml).cases)
             collected |= _read_lines(Path(f"{xml}.collected"))
             if not proc.timed_out and proc.returncode in _SESSION_ENDED and parsed.complete:
                 break
@@ -563,6 +585,17 @@ def _substitute(arg: str, env: dict[str, str]) -> str:
     return arg
 
 
+def remove_empty(folder: Path, junit_dir: Path) -> None:
+    """Delete folder, and the folders above it up to junit_dir, as long as each is empty."""
+    for each in (folder, *folder.parents):
+        if each == junit_dir or junit_dir not in each.parents:
+            break
+        try:
+            each.rmdir()
+        except OSError:
+            break  # not empty: what is left in it is someone else's
+
+
 def _read_lines(path: Path) -> set[str]:
     try:
         return {line for line in path.read_text(encoding="utf-8").splitlines() if line}
@@ -593,9 +626,27 @@ def stage_specs(ctx, stage: str) -> list[SuiteSpec]:
     return specs
 
 
+_BARE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Prints the names of the distributions that are not installed; run in the environment under test.
+_MISSING = "import importlib.metadata as m, sys\nfor n in sys.argv[1:]:\n    try: m.version(n)\n" \
+           "    except m.PackageNotFoundError: print(n)\n"
+
+
+def _installed(ctx, requirements: list[str]) -> bool:
+    """True when every requirement is a bare name (no version, extra or URL) of a distribution the
+    environment has: pip would only say so, at a second of CPU (the upstream stage asks every run)."""
+    if not all(_BARE_NAME.fullmatch(r) for r in requirements):
+        return False
+    proc = procs.run(procs.python_argv(ctx.python, "-I", "-c", _MISSING, *requirements), timeout=60,
+                     env=procs.target_env(ctx.pip_env()))
+    return proc.ok and not proc.output_tail.strip()
+
+
 def install_requirements(ctx, spec: SuiteSpec) -> str | None:
     """pip-install a vendor suite's requirements into the environment under test, torch pinned
-    (the constraint file); why that failed, or None."""
+    (the constraint file); why that failed, or None. Nothing to do where they are all there."""
+    if _installed(ctx, spec.requirements):
+        return None
     argv = procs.python_argv(ctx.python, "-m", "pip", "install", "--disable-pip-version-check",
                              *ctx.constraint_args(), *spec.requirements)
     proc = procs.run(argv, timeout=ctx.manifest.timeouts.install, log=ctx.log_path(), env=ctx.pip_env(),

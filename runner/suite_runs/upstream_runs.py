@@ -56,6 +56,7 @@ from ootci.runner.suite_runs.suite_runner import (
     SuiteRunner,
     SuiteSpec,
     first_failing_test,
+    remove_empty,
 )
 
 CPU_TWIN = "@cpu"
@@ -196,7 +197,9 @@ class UpstreamRunner:
         second_s = time.monotonic() - start
         self._join_logs([*selected, RETRY, ON_CPU])
         runs = [self._file_run(file, run, took, again, on_cpu) for file, (run, took) in on_device.items()]
-        out = self.junit_dir / f"{SUITE}.xml"
+        # Each part deleted its raw files; the folder that held them goes too.
+        remove_empty(self.junit_dir / "raw" / SUITE, self.junit_dir)
+        out = junit.suite_file(self.junit_dir, SUITE)
         junit.write(out, SUITE, [r for f in runs for r in f.results])
         return UpstreamRun(runs, out, round(second_s, 3))
 
@@ -209,9 +212,11 @@ class UpstreamRunner:
     def _on_device(self, file: str, only: list[str] | None) -> tuple[SuiteRun, float]:
         start = time.monotonic()
         runner = self._runner(min(self.deadline, start + self.suite.timeout), log=self._file_log(file))
-        run = runner.run(spec(self.test_dir, [file], device=self.device, cwd=self.cwd,
-                              env=environment(self.selection, self.suite), workers=self.workers,
-                              part=part_name(file), piece=self._piece(file)), only)
+        on_device = spec(self.test_dir, [file], device=self.device, cwd=self.cwd,
+                         env=environment(self.selection, self.suite), workers=self.workers, part=part_name(file),
+                         piece=self._piece(file))
+        on_device.retry_in_fork = self.manifest.retries > 0
+        run = runner.run(on_device, only)
         return run, time.monotonic() - start
 
     def _piece(self, file: str) -> Piece | None:
@@ -252,10 +257,14 @@ class UpstreamRunner:
                          if any(r.id == f and _failing(r) and not self._known_alike(r) for r in run.results)]
         ids = [i for ids in failing.values() for i in ids]
         files = [f for f, ids in failing.items() if ids]
+        # A file run in forks re-ran its failures in a fork of its own session already.
+        retried = {r.id: r for run in on_device.values() for r in run.retried.values() if r.message != NOT_REACHED}
+        not_retried = [i for i in ids if i not in retried]
         runs: dict[str, tuple[SuiteSpec, list[str]]] = {}
-        if ids and self.manifest.retries > 0:
-            runs[RETRY] = (spec(self.test_dir, files, device=self.device, cwd=self.cwd, workers=0, part=RETRY,
-                                env=environment(self.selection, self.suite)), ids)
+        if not_retried and self.manifest.retries > 0:
+            runs[RETRY] = (spec(self.test_dir, sorted({file_of(i) for i in not_retried}), device=self.device,
+                                cwd=self.cwd, workers=0, part=RETRY, env=environment(self.selection, self.suite)),
+                           not_retried)
         if ids or not_collected:
             cpu = spec(self.test_dir, sorted({*files, *not_collected}), device=self.device, cwd=self.cwd, workers=0,
                        part=ON_CPU, env={**environment(CPU, self.suite), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
@@ -263,13 +272,14 @@ class UpstreamRunner:
             cpu.import_backend = False
             runs[ON_CPU] = (cpu, [i + CPU_TWIN for i in ids] + not_collected)
         if not runs or self.deadline - time.monotonic() <= 1:
-            return {}, {}
+            return retried, {}
         # Side by side: each process imports torch and the failing files, and neither needs the other.
         with ThreadPoolExecutor(max_workers=len(runs)) as pool:
             done = dict(zip(runs, pool.map(
                 lambda part: self._runner(self.deadline, log=self._file_log(part)).run(*runs[part]), runs),
                 strict=True))
         again = {r.id: r for r in done[RETRY].results if r.message != NOT_REACHED} if RETRY in done else {}
+        again.update(retried)
         on_cpu: dict[str, TestResult] = {}
         for r in done[ON_CPU].results if ON_CPU in done else ():
             if r.id in not_collected or r.id.endswith(CPU_TWIN):

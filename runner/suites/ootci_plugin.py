@@ -31,12 +31,20 @@ What it adds to a pytest session:
   every N-th), and a child that crashes or hangs is recorded against the test in
   progress and replaced by a new fork that goes on after it. A crash then costs a fork
   (milliseconds), not an interpreter start and a collection (seconds); it needs a
-  backend that does not start its device when it is imported (`ootci init` probes it).
+  backend that does not start its device when it is imported (`ootci init` probes it);
+  with `--ootci-retry-junit PATH`, the tests that did not pass run once more, in one more fork
+  once the others are done: a retry that costs neither an interpreter nor a collection.
+
+Collection is paid once per process: once collected, the session's objects are frozen out of the
+garbage collector (`gc.freeze`), so that neither this process nor its forks walk the thousands
+of collected items and everything torch holds at every collection, and a fork does not copy
+the pages a collection would touch. At 20,000 tests this is several seconds of CPU.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import gc
 import hashlib
 import json
 import os
@@ -112,6 +120,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only the tests whose id sorts before ID (a range of a planned shard)")
     group.addoption("--ootci-fork", type=int, default=0, metavar="N",
                     help="run the tests in N forked children, each crash costing a fork (0: in this process)")
+    group.addoption("--ootci-retry-junit", default="", metavar="PATH",
+                    help="with --ootci-fork: once every child is done, run the tests that did not pass once more in "
+                         "one new fork of the collected session, their results streamed to this JUnit file")
     group.addoption("--ootci-device-type-ids", default="", metavar="DEVICE",
                     help="write the ids of PyTorch's device-type tests without the instantiation's class suffix, "
                          "naming DEVICE in the method (device_type_ids.py); selections and shards use these ids")
@@ -286,6 +297,13 @@ class _State:
         # The stderr the session started with: faulthandler writes there even while
         # pytest captures fd 2 for a test.
         self.stderr_fd = os.dup(2)
+        self.progress_file: str | None = None
+        self.progress_fd: int | None = None
+        self.progress_len = 0
+        self.native_armed_at: float | None = None
+        """when faulthandler's watchdog was last armed (_arm_native)"""
+        self.retrying = False
+        """this process is the retry's fork (--ootci-retry-junit)"""
         self.ids = _test_ids(config)
         """node id -> the id the runner knows the test by (mapped once, where pytest's ids come in)"""
         path = config.getoption("ootci_junit")
@@ -293,6 +311,12 @@ class _State:
             self.junit = _StreamingJUnit(path, config.getoption("ootci_suite") or "pytest")
 
     def close(self) -> None:
+        if self.native_armed_at is not None:
+            faulthandler.cancel_dump_traceback_later()
+            self.native_armed_at = None
+        if self.progress_fd is not None:
+            os.close(self.progress_fd)
+            self.progress_fd = self.progress_file = None
         if self.junit is not None:
             self.junit.close()
         try:
@@ -332,6 +356,12 @@ class _State:
         if self.junit is not None:
             self.junit.write_collected([self.ids(item.nodeid) for item in items])
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # What is alive now (torch, the test modules, the items) lives for the whole session.
+        gc.collect()
+        gc.freeze()
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         # Under xdist the controller collects nothing itself; every worker collects
@@ -354,6 +384,15 @@ class _State:
         for k, queue in queues.items():
             if queue:
                 running[self._fork(k, queue, items)] = (k, queue)
+        self._run_forks(running, items)
+        retry_junit = self.config.getoption("ootci_retry_junit")
+        if retry_junit and self.progress_dir:
+            self._retry_in_fork(retry_junit, items)
+        return True
+
+    def _run_forks(self, running: dict[int, tuple[int, list[int]]], items: list[pytest.Item],
+                   junit: _StreamingJUnit | None = None) -> None:
+        """Wait for the forked children, each crashed one replaced by a fork that goes on after its test."""
         while running:
             pid, status = os.waitpid(-1, 0)
             if pid not in running:
@@ -361,12 +400,28 @@ class _State:
             k, queue = running.pop(pid)
             if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
                 continue
-            rest = self._after_death(k, queue, items, status)
+            rest = self._after_death(k, queue, items, status, junit)
             if rest:
-                running[self._fork(k, rest, items)] = (k, rest)
-        return True
+                running[self._fork(k, rest, items, junit)] = (k, rest)
 
-    def _fork(self, k: int, queue: list[int], items: list[pytest.Item]) -> int:
+    def _retry_in_fork(self, path: str, items: list[pytest.Item]) -> None:
+        """The tests that did not pass, once more, in a new fork of this session: results in `path`."""
+        failing: set[str] = set()
+        for name in os.listdir(self.progress_dir):
+            if name.startswith(_NOT_PASSED):
+                with open(os.path.join(self.progress_dir, name), encoding="utf-8") as f:
+                    failing.update(line.rstrip("\n") for line in f if line.strip())
+        queue = [i for i, item in enumerate(items) if self.ids(item.nodeid) in failing]
+        if not queue:
+            return
+        junit = _StreamingJUnit(path, self.config.getoption("ootci_suite") or "pytest")
+        try:
+            self._run_forks({self._fork(_RETRY_CHILD, queue, items, junit): (_RETRY_CHILD, queue)}, items, junit)
+            junit.finish(0)
+        finally:
+            junit.close()
+
+    def _fork(self, k: int, queue: list[int], items: list[pytest.Item], junit: _StreamingJUnit | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -375,6 +430,8 @@ class _State:
         code = 0
         try:
             self.worker = f"fork{k}"
+            if junit is not None:  # the retry: its results go to a file of their own
+                self.junit, self.retrying = junit, True
             if self.progress_dir:  # the report of a crash, for the parent to read
                 fault = open(os.path.join(self.progress_dir, f"{self.worker}.fault"), "w")
                 faulthandler.enable(file=fault)
@@ -389,8 +446,10 @@ class _State:
             sys.stderr.flush()
             os._exit(code)  # the parent finishes the session: no second sessionfinish, no atexit
 
-    def _after_death(self, k: int, queue: list[int], items: list[pytest.Item], status: int) -> list[int]:
-        """Record the test a child died in; the rest of its queue, for a new child."""
+    def _after_death(self, k: int, queue: list[int], items: list[pytest.Item], status: int,
+                     junit: _StreamingJUnit | None = None) -> list[int]:
+        """Record the test a child died in (in `junit`, else the session's file); the rest of its
+        queue, for a new child."""
         worker = f"fork{k}"
         progress = self._progress(worker)
         nodeid = progress.get("nodeid")
@@ -414,9 +473,23 @@ class _State:
                                  f"Python; faulthandler ended the process" + (f" at {frame}" if frame else ""))
         else:
             forced = ("crashed", f"crashed: {how}" + (f" at {frame}" if frame else ""))
-        if self.junit is not None:
-            self.junit.write_died(nodeid, forced, report)
+        junit = junit or self.junit
+        if junit is not None:
+            junit.write_died(nodeid, forced, report)
+            if junit is self.junit:
+                self._not_passed(nodeid)
         return queue[positions[nodeid] + 1:]
+
+    def _not_passed(self, test_id: str) -> None:
+        """Note a test that did not pass, for the retry (--ootci-retry-junit): one line, appended."""
+        if not self.progress_dir or self.retrying or not self.config.getoption("ootci_retry_junit"):
+            return
+        path = os.path.join(self.progress_dir, f"{_NOT_PASSED}{self.worker}.txt")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, f"{test_id}\n".encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
 
     def _progress(self, worker: str) -> dict:
         try:
@@ -439,14 +512,21 @@ class _State:
                 self._disarm()
 
     def _write_progress(self, nodeid: str) -> None:
+        """`<worker>.json` names the test in progress: one pwrite per test into a file kept open (a new
+        file and a rename per test cost more than many a test). Space-padded to the longest record
+        so far, so that a shorter one leaves no bytes of the last; readers read it once the writer
+        is gone, and JSON allows the trailing spaces."""
         if not self.progress_dir:
             return
-        data = {"nodeid": nodeid, "started": time.time(), "timeout": self.timeout, "pid": os.getpid()}
+        data = json.dumps({"nodeid": nodeid, "started": time.time(), "timeout": self.timeout,
+                           "pid": os.getpid()}).encode("utf-8", "replace")
         path = os.path.join(self.progress_dir, f"{self.worker}.json")
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        if self.progress_file != path:  # this process's first test (or a fork's, under its own name)
+            self.progress_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self.progress_file, self.progress_len = path, 0
+        assert self.progress_fd is not None  # opened with progress_file
+        os.pwrite(self.progress_fd, data.ljust(self.progress_len), 0)
+        self.progress_len = max(self.progress_len, len(data))
 
     def _arm(self, nodeid: str) -> bool:
         if self.timeout <= 0:
@@ -461,11 +541,23 @@ class _State:
             signal.setitimer(signal.ITIMER_REAL, limit)
         else:
             self._previous_handler = None
-        faulthandler.dump_traceback_later(limit + max(NATIVE_GRACE_S, 0.1 * limit), exit=True, file=self.stderr_fd)
+        self._arm_native(limit)
         return True
 
+    def _arm_native(self, limit: float) -> None:
+        """faulthandler ends a process stuck in native code, past the limit and a grace. Arming it
+        starts a thread, and cancelling joins it: per test, more CPU than many a test. So it is armed
+        for the limit, the grace and a slack as long again, and armed anew only once the slack is
+        used up: such a test is ended between limit + grace and limit + 2 x grace after it started
+        (and the watchdog is cancelled when the session ends)."""
+        grace = max(NATIVE_GRACE_S, 0.1 * limit)
+        now = time.monotonic()
+        if self.native_armed_at is not None and now - self.native_armed_at < grace:
+            return
+        faulthandler.dump_traceback_later(limit + 2 * grace, exit=True, file=self.stderr_fd)
+        self.native_armed_at = now
+
     def _disarm(self) -> None:
-        faulthandler.cancel_dump_traceback_later()
         if self._previous_handler is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous_handler)
@@ -505,7 +597,9 @@ class _State:
             return
         self.pending.setdefault(report.nodeid, []).append(report)
         if report.when == "teardown":
-            self.junit.write_case(self.ids(report.nodeid), self.pending.pop(report.nodeid))
+            test_id = self.ids(report.nodeid)
+            if self.junit.write_case(test_id, self.pending.pop(report.nodeid)) in _RETRIED:
+                self._not_passed(test_id)
 
     def _worker_timed_out(self, worker: str, nodeid: str) -> bool:
         if not self.progress_dir or self.timeout <= 0:
@@ -544,6 +638,12 @@ class _State:
 
 
 _STATE = pytest.StashKey[_State]()
+_NOT_PASSED = "not-passed-"
+"""the files (one per forked child, in the progress folder) naming the tests that did not pass"""
+_RETRY_CHILD = -1
+"""the retry's fork, among the children"""
+_RETRIED = frozenset({"failed", "error", "timeout"})
+"""outcomes re-run by --ootci-retry-junit (a crash is noted where the parent records it)"""
 
 
 # -- the JUnit file ---------------------------------------------------------------------
@@ -654,9 +754,9 @@ class _StreamingJUnit:
         os.replace(tmp, f"{self.path}.collected")
         self.collected_written = True
 
-    def write_case(self, nodeid: str, reports: list, forced: tuple[str, str | None] | None = None) -> None:
+    def write_case(self, nodeid: str, reports: list, forced: tuple[str, str | None] | None = None) -> str:
         """nodeid: the test's id as the runner knows it; forced: (outcome, message) decided by the
-        caller, e.g. for a crashed xdist worker."""
+        caller, e.g. for a crashed xdist worker. Returns the outcome written."""
         outcome, deciding = _outcome(reports)
         if forced:
             outcome, deciding = forced[0], reports[-1]
@@ -691,6 +791,7 @@ class _StreamingJUnit:
             parts.append(f"<system-out>{escape(_clean(_tail(output)))}</system-out>")
         parts.append("</testcase>\n")
         self._write("".join(parts))
+        return outcome
 
     def write_died(self, nodeid: str, forced: tuple[str, str], report: str) -> None:
         """The case of a test its forked child died in: no pytest report exists for it."""

@@ -14,6 +14,7 @@ from playwright.sync_api import expect
 
 from ootci.dashboard import site, synthetic
 from ootci.runner import models
+from ootci.runner.records import packed_tests
 from ootci.runner.torch_supply.torch_tests import UpstreamTests
 from tests.dashboard.upstream_records import night_tests, upstream_stage_of
 from tests.support.static_site import CHROMIUM_ARGS, chromium_path, serve
@@ -227,8 +228,7 @@ def test_outcome_filter(page, base):
     page.goto(urljoin(base, "backends/gaudi.html"))
     follow(page, page.locator("#history tbody tr[data-status='failed'] th a").first)
     run_url = page.url
-    # The tests that did not pass are the page, worst first; the passed ones are behind the
-    # "passed" filter, off by default: a page of their own.
+    # The tests that did not pass are the page, worst first.
     rows = page.locator("#tests tbody tr")
     total = rows.count()
     failed = page.locator("#tests tbody tr[data-outcome='failed']").count()
@@ -250,16 +250,19 @@ def test_outcome_filter(page, base):
     matmul = sum(1 for t in page.locator("#tests tbody tr td:nth-child(2)").all_inner_texts() if "matmul" in t.lower())
     assert 0 < page.locator("#tests tbody tr:visible").count() == matmul < total
 
-    passed = int(page.locator("#filters a[href$='.passed.html'] .n").inner_text())
-    follow(page, page.locator("#filters a[href$='.passed.html']"))
-    assert page.url == run_url.removesuffix(".html") + ".passed.html"
-    assert page.locator("#tests tbody tr").count() == passed == \
-        page.locator("#tests tbody tr[data-outcome='passed']").count() > 0
-    page.fill("#search", "softmax")
-    softmax = page.locator("#tests tbody tr:visible").count()
-    assert 0 < softmax < passed and page.locator("#shown").inner_text() == f"{softmax} of {passed} tests shown"
-    follow(page, page.get_by_role("link", name="the run's page"))
-    assert page.url == run_url
+    # The passed tests are counted, never listed in HTML: every test of the run is in its JSON,
+    # linked from the page and packed against the test set it names.
+    passed = int(page.locator("#filters .o-good .n").inner_text())
+    assert passed > 0 and page.locator("#tests tbody tr[data-outcome='passed']").count() == 0
+    listed = urljoin(run_url, page.locator("#tests-json").get_attribute("href"))
+    assert listed == run_url.removesuffix(".html") + ".tests.json.gz"
+    with urllib.request.urlopen(listed, timeout=10) as response:
+        results = packed_tests.loads(response.read())
+    with urllib.request.urlopen(urljoin(base, f"api/testsets/{results['testset']}.json.gz"), timeout=10) as response:
+        tests = packed_tests.unpack_rows(packed_tests.loads(response.read()), results)
+    assert sum(1 for t in tests if t["outcome"] == "passed") == passed
+    assert sum(1 for t in tests if t["outcome"] != "passed") == total
+    assert any("softmax" in t["id"] for t in tests if t["outcome"] == "passed")
 
 
 def test_run_page_without_javascript_shows_every_row(browser, base):
@@ -271,7 +274,7 @@ def test_run_page_without_javascript_shows_every_row(browser, base):
     rows = page.locator("#tests tbody tr")
     assert rows.count() > 0 and page.locator("#tests tbody tr:visible").count() == rows.count()
     assert not page.locator("#filters").is_visible()
-    assert page.locator("#passed-tests a").is_visible()  # the passed tests are a link away
+    assert page.locator("#tests-json").is_visible()  # every test, the passed ones too, is a link away
     context.close()
 
 

@@ -4,6 +4,7 @@ updates, bad input and the all-or-nothing swap."""
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import os
 import sqlite3
@@ -17,7 +18,8 @@ import pytest
 from ootci.dashboard import render, site, synthetic
 from ootci.dashboard.store import safe_name
 from ootci.runner.models import Outcome, RunRecord
-from ootci.runner.records import record_files
+from ootci.runner.models import TestResult as Result  # not "Test*": pytest would try to collect it
+from ootci.runner.records import packed_tests, record_files
 
 SCENARIOS = {s.name: s for s in synthetic.default_scenarios()}
 
@@ -59,12 +61,16 @@ def test_every_page_kind_is_written(history):
         assert badge.startswith("<svg") and "<title>" in badge
     assert (out / "index.html").is_file() and (out / "coverage.html").is_file()
     assert sorted(p.name for p in (out / "prs").iterdir()) == ["100.html", "101.html"]
-    # Every run page copies the logs its record names; its passed tests are a page beside it.
-    run_pages = [p for p in (out / "runs").glob("*/*.html") if not p.name.endswith(".passed.html")]
+    # Every run page copies the logs its record names; no page lists the passed tests: every
+    # test of a run is in its JSON beside it, packed against a test set the runs share.
+    run_pages = list((out / "runs").glob("*/*.html"))
     assert len(run_pages) == report.run_pages_written == 60
-    passed_pages = list((out / "runs").glob("*/*.passed.html"))
-    assert {p.with_name(p.name.replace(".passed.html", ".html")) for p in passed_pages} <= set(run_pages)
-    assert len(passed_pages) > 40
+    assert not list(out.rglob("*.passed.html"))
+    lists = list((out / "runs").glob("*/*.tests.json.gz"))
+    assert {p.with_name(p.name.replace(".tests.json.gz", ".html")) for p in lists} <= set(run_pages)
+    assert len(lists) > 40
+    testsets = list((out / "api" / "testsets").glob("*.json.gz"))
+    assert 0 < len(testsets) < len(lists)
     some = out / "runs" / "gaudi"
     assert len(list(some.glob("*.integration.log.txt"))) == 14
 
@@ -329,10 +335,16 @@ def test_new_failures_then_fixed_incrementally(tmp_path):
 
 
 def run_pages(directory: Path) -> set[str]:
-    """Run ids with a page in directory; a run's page of passed tests goes and comes with it."""
-    pages = {p.name.removesuffix(".html") for p in directory.glob("*.html") if not p.name.endswith(".passed.html")}
-    passed = {p.name.removesuffix(".passed.html") for p in directory.glob("*.passed.html")}
-    assert passed and passed <= pages, (passed, pages)
+    """Run ids with a page in directory; a run's JSON of its tests goes and comes with it, and the
+    test sets they are packed against go when no page refers to them."""
+    pages = {p.name.removesuffix(".html") for p in directory.glob("*.html")}
+    lists = {p.name.removesuffix(".tests.json.gz") for p in directory.glob("*.tests.json.gz")}
+    assert lists and lists <= pages, (lists, pages)
+    site = directory.parents[1]
+    used = {packed_tests.loads((directory / f"{run}.tests.json.gz").read_bytes())["testset"] for run in lists}
+    testsets = {p.name.removesuffix(".json.gz") for p in (site / "api" / "testsets").glob("*.json.gz")}
+    if len(list((site / "runs").iterdir())) == 1:  # one backend: its pages are all that use the sets
+        assert testsets == used, (testsets, used)
     return pages
 
 
@@ -511,7 +523,8 @@ def test_log_paths_cannot_leave_the_record_directory(tmp_path):
     assert not Path(f"{base}.torch.log.txt").exists()
     assert "log missing" in Path(f"{base}.html").read_text()
     assert Path(f"{base}.build.log.txt").is_file()
-    assert not any("not for the site" in p.read_text() for p in out.rglob("*") if p.is_file())
+    assert not any(b"not for the site" in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes())
+                   for p in out.rglob("*") if p.is_file())
 
 
 def test_unsafe_names_become_safe_paths(tmp_path):
@@ -715,3 +728,34 @@ def test_a_run_page_says_which_backend_commit_ran_and_whether_its_tree_was_dirty
     assert f"commit <code>{'b' * 40}</code> <span class=\"bad\">with uncommitted changes</span>" in page[dirty.run_id]
     [backend_line] = [line for line in page[unknown.run_id].splitlines() if line.startswith("<dt>Backend</dt>")]
     assert "commit" not in backend_line and "gaudi" in backend_line
+
+
+def test_a_run_of_100000_tests_keeps_its_page_under_1_mb(tmp_path):
+    """100,000 tests, 5,000 of them failing with the longest message and log tail the runner keeps:
+    the page lists the failures until it holds PAGE_ROWS_BYTES of them, says how many more there
+    are, and lists no passed test; every test is in the run's JSON, in bytes a fraction of a page."""
+    data, out = tmp_path / "runs", tmp_path / "site"
+    record = synthetic.build_record(SCENARIOS["openreg"], 0)
+    record.tests = [Result(id=f"test_ops.py::TestCommon::test_compare_cpu_op{i // 4:05d}_openreg_"
+                                  f"{('float32', 'float64', 'int64', 'int32')[i % 4]}", suite="upstream",
+                               outcome=Outcome.failed if i % 20 == 0 else Outcome.passed, duration_s=(i % 89) / 1000,
+                               message=f"AssertionError: {i} " + "m" * 990 if i % 20 == 0 else "",
+                               log_tail=f"Traceback {i}\n" + "t" * 3980 if i % 20 == 0 else "")
+                    for i in range(100_000)]
+    synthetic.write_record(data, record)
+    build(data, out)
+    page = out / "runs" / "openreg" / f"{record.run_id}.html"
+    html = page.read_text()
+    assert page.stat().st_size < 1_000_000
+    shown = html.count('<tr data-outcome="failed">')
+    assert 0 < shown < 5000 and html.count('data-outcome="passed"') == 0
+    assert f"… and {5000 - shown} more that did not pass" in html
+    assert f"The first {shown} of the 5000 tests that did not pass are listed here" in html
+    listed = out / "runs" / "openreg" / f"{record.run_id}.tests.json.gz"
+    assert f'href="{listed.name}"' in html
+    results = packed_tests.loads(listed.read_bytes())
+    testset = out / "api" / "testsets" / f"{results['testset']}.json.gz"
+    tests = packed_tests.unpack_rows(packed_tests.loads(testset.read_bytes()), results)
+    assert len(tests) == 100_000 and sum(t["outcome"] == "failed" for t in tests) == 5000
+    assert listed.stat().st_size + testset.stat().st_size < 2_000_000
+    assert max(p.stat().st_size for p in out.rglob("*.html")) == page.stat().st_size

@@ -159,7 +159,12 @@ def test_prune_keeps_headers_drops_old_test_lists_and_unused_sets_and_the_dashbo
     pages = {p.name: p.read_text() for p in out.glob("runs/*/*.html")}
     pruned_page = next(text for name, text in pages.items() if "openreg-1." in name or "openreg-1" in text)
     assert "removed from the history on" in pruned_page
-    assert any("test_add_openreg_float7" in text for text in pages.values())  # packed tests are listed
+    # Packed tests are the runs' JSON on the site, against the set the history packed them with.
+    lists = [packed_tests.loads(p.read_bytes()) for p in out.glob("runs/*/*.tests.json.gz")]
+    assert lists and all((out / "api" / "testsets" / f"{d['testset']}.json.gz").is_file() for d in lists)
+    ids = {row[0] for d in lists
+           for row in packed_tests.loads((out / "api" / "testsets" / f"{d['testset']}.json.gz").read_bytes())}
+    assert any("test_add_openreg_float7" in i for i in ids)
 
 
 def test_run_pages_link_the_logs_the_history_does_not_keep_until_the_artifacts_expire():

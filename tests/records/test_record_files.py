@@ -71,3 +71,25 @@ def test_tests_file_is_a_plain_name(tmp_path, name):
     doc["tests_file"] = name
     with pytest.raises(ValidationError, match="tests_file"):
         RunRecord.model_validate(doc)
+
+
+def test_a_big_test_list_is_written_gzipd_and_reads_back(tmp_path):
+    """100,000 tests of PyTorch's long ids are about 13 MB as JSON: written as tests.json.gz, a
+    fraction of it, and read back the same; a stale list of the other form does not stay beside it."""
+    record = make_record(0)
+    record.tests = [Result(id=f"test_ops.py::TestCommon::test_compare_cpu_op{i // 4:05d}_openreg_"
+                              f"{('float32', 'float64', 'int64', 'int32')[i % 4]}", suite="upstream",
+                           outcome=Outcome.failed if i % 20 == 0 else Outcome.passed, duration_s=(i % 97) / 1000,
+                           message=f"AssertionError: Tensor-likes are not close! ({i})" if i % 20 == 0 else "")
+                    for i in range(100_000)]
+    (tmp_path / "tests.json").write_text("stale")
+    path = record_files.write(tmp_path, record)
+    assert json.loads(path.read_text())["tests_file"] == "tests.json.gz"
+    assert not (tmp_path / "tests.json").exists()
+    packed = (tmp_path / "tests.json.gz").stat().st_size
+    plain = len(record_files.read_tests_bytes(tmp_path / "tests.json.gz"))
+    assert plain > 10_000_000 and packed < 1_500_000
+    assert record_files.read(path).tests == record.tests
+    (tmp_path / "tests.json.gz").write_bytes((tmp_path / "tests.json.gz").read_bytes()[:1000])
+    with pytest.raises(ValueError, match="not gzip'd JSON"):
+        record_files.read(path)

@@ -229,7 +229,7 @@ def test_tiny_suites_sharded_and_merged_equal_the_unsharded_run(tmp_path):
     assert [s["shard"] for s in stage.data["shards"]] == ["1/3", "2/3", "3/3"]
     assert merged.shard is None and merged.shard_group == "g1"
     run_dir = tmp_path / "merged" / merged.run_id
-    assert (run_dir / "junit" / "many.xml").is_file()
+    assert (run_dir / "junit" / "many.xml.gz").is_file()
     log = (run_dir / stage.log).read_text()
     assert log.count("==== ootci: shard ") == 3
     # The same shards merged again: the same record, not a second one.
@@ -277,7 +277,8 @@ def shard_record(out: Path, k: int, n: int, tests: list[Result], *, group: str =
         StageResult(name="autoload", status=Status.passed, duration_s=3),
         StageResult(name="integration", status=suite_status if build.ok else Status.blocked, duration_s=30 * k,
                     counts={}, data={"suites": {"integration": {"status": suite_status.value, "counts": {},
-                                                               "duration_s": 30 * k, "junit": "junit/integration.xml"}},
+                                                               "duration_s": 30 * k,
+                                                               "junit": "junit/integration.xml.gz"}},
                                      "shard": f"{k}/{n}"}),
     ]
     record = RunRecord(run_id=run_id, backend="openreg", device="openreg", torch=TorchInfo(spec="2.13.0"),
@@ -326,7 +327,7 @@ def upstream_shard(out: Path, k: int, n: int, outcomes: dict[str, Outcome]) -> R
     bad = any(not o.ok for o in outcomes.values())
     stage = StageResult(name="upstream", status=Status.failed if bad else Status.passed, duration_s=40 + k,
                         data={"suites": {"upstream": {"status": "failed" if bad else "passed", "counts": {},
-                                                      "duration_s": 40 + k, "junit": "junit/upstream.xml"}},
+                                                      "duration_s": 40 + k, "junit": "junit/upstream.xml.gz"}},
                               "upstream": {"tests": files, "describe": "files from GitHub at aaaaaaaaaaaa",
                                            "files": {"test_view_ops.py": {
                                                "status": "failed" if bad else "passed", "duration_s": 30 + k,
@@ -358,7 +359,7 @@ def test_the_upstream_stage_merges_with_its_files_commit_and_per_file_counts(tmp
     assert stage.data["upstream"]["files"] == {"test_view_ops.py": {
         "status": "failed", "duration_s": 32, "rerun": 1, "failed_on_cpu": 0, "tests": 4}}
     assert stage.data["upstream"]["second_opinion_s"] == 10.0
-    assert (tmp_path / "out" / merged.run_id / "junit" / "upstream.xml").is_file()
+    assert (tmp_path / "out" / merged.run_id / "junit" / "upstream.xml.gz").is_file()
 
 
 def test_a_missing_shard_fails_the_merged_suite_stage_naming_it(tmp_path):

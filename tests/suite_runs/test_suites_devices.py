@@ -63,7 +63,7 @@ def test_smoke_on_cpu_without_pydantic_skips_what_is_not_claimed(torch_layer, tm
             "test_tensors.py::test_matmul[float32]"} <= ran
     assert {t.dtype for t in record.tests if t.id.startswith("test_tensors.py::test_create[")} == {
         "float32", "int64", "bool", None}
-    assert (tmp_path / "out" / "junit" / "smoke.xml").is_file()
+    assert (tmp_path / "out" / "junit" / "smoke.xml.gz").is_file()
 
 
 @pytest.mark.slow
@@ -170,7 +170,7 @@ def test_ootci_test_default_out_is_resolved_once_against_the_working_directory(t
     out = tmp_path / "out" / "test"
     record = record_files.read(out / "record.json")
     assert record.stage("smoke").status is Status.passed
-    assert (out / "junit" / "smoke.xml").is_file()
+    assert (out / "junit" / "smoke.xml.gz").is_file()
     assert len(record.tests) > 20
     assert sorted(p for p in suite_dir.rglob("*") if "__pycache__" not in p.parts) == before
 

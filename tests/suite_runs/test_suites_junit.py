@@ -3,6 +3,7 @@ JUnit, files cut off by a crash, and the classified file ootci writes back."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 import xml.etree.ElementTree as ET
@@ -161,3 +162,64 @@ def test_written_file_round_trips_and_other_readers_see_junit(tmp_path):
     assert [(r.id, r.outcome, r.attempts, r.op, r.dtype) for r in back] == \
         [(r.id, r.outcome, r.attempts, r.op, r.dtype) for r in results]
     assert "\ufffd" in back[2].message
+
+
+def test_a_suites_file_is_gzip_and_round_trips(tmp_path):
+    """The classified file ootci keeps is gzip'd, the same bytes for the same results, and parse reads
+    it as it reads plain XML; one cut short keeps the complete cases before the cut."""
+    results = [models.TestResult(id=f"test_a.py::test_{i}", suite="s", outcome=Outcome.passed if i % 7 else
+                                 Outcome.failed, duration_s=i / 1000, message="" if i % 7 else f"error {i}")
+               for i in range(2000)]
+    path = junit.suite_file(tmp_path / "junit", "s")
+    assert path.name == "s.xml.gz"
+    junit.write(path, "s", results)
+    data = path.read_bytes()
+    plain = gzip.decompress(data)
+    assert data[:2] == b"\x1f\x8b" and len(data) * 10 < len(plain)
+    assert ET.fromstring(plain).find("testsuite").get("tests") == "2000"
+    junit.write(tmp_path / "again.xml.gz", "s", results)
+    assert (tmp_path / "again.xml.gz").read_bytes() == data
+    parsed = junit.parse(path)
+    assert parsed.complete and parsed.error is None
+    assert [(c.id, c.outcome, c.message) for c in parsed.cases] == [(r.id, r.outcome, r.message) for r in results]
+    cut = tmp_path / "cut.xml.gz"
+    cut.write_bytes(data[:len(data) // 2])
+    half = junit.parse(cut)
+    assert not half.complete and "gzip stream cut short" in half.error
+    assert 0 < len(half.cases) < len(results)
+    assert [c.id for c in half.cases] == [r.id for r in results[:len(half.cases)]]
+    garbage = tmp_path / "garbage.xml.gz"
+    garbage.write_bytes(data[:10] + b"\x00" * 50)
+    broken = junit.parse(garbage)
+    assert broken.cases == [] and not broken.complete and "not gzip" in broken.error
+
+
+def test_forked_run_retries_what_did_not_pass_in_one_more_fork(torch_layer, tmp_path):
+    """--ootci-retry-junit: once the forked children are done, the tests that did not pass run once
+    more in a fork of the same collected session (no interpreter, no collection), their results in a
+    file of their own; a test that failed and passes now (test_flaky) says so there."""
+    first, again, progress = tmp_path / "first.xml", tmp_path / "again.xml", tmp_path / "progress"
+    progress.mkdir()
+    done = _pytest(torch_layer.python, tmp_path, "check_outcomes.py", "-p", "ootci_plugin", "-p", "no:xdist",
+                   "--ootci-capabilities", "generator", "--ootci-suite", "outcomes", "--ootci-junit", str(first),
+                   "--ootci-fork", "2", f"--ootci-progress={progress}", f"--ootci-retry-junit={again}")
+    # The forks ran the tests: the session's own count is nothing to go by; the JUnit files are.
+    assert junit.parse(first).complete, done.stdout[-2000:] + done.stderr[-2000:]
+    cases = _by_id(junit.parse(first).cases)
+    not_passed = {i for i, c in cases.items() if c.outcome in (Outcome.failed, Outcome.error)}
+    assert "check_outcomes.py::test_flaky" in not_passed and "check_outcomes.py::test_passes" not in not_passed
+    retried = junit.parse(again)
+    assert retried.complete
+    assert {c.id for c in retried.cases} == not_passed
+    outcomes = {c.id: c.outcome for c in retried.cases}
+    assert outcomes["check_outcomes.py::test_flaky"] is Outcome.passed
+    assert outcomes["check_outcomes.py::test_fails"] is Outcome.failed
+    # Without the option no test is noted, and nothing is re-run.
+    assert list(progress.glob("not-passed-*"))
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    _pytest(torch_layer.python, fresh, "check_outcomes.py", "-p", "ootci_plugin", "-p", "no:xdist",
+            "--ootci-capabilities", "generator", "--ootci-junit", str(fresh / "plain.xml"), "--ootci-fork", "2",
+            f"--ootci-progress={fresh}")
+    assert junit.parse(fresh / "plain.xml").complete
+    assert not list(fresh.glob("not-passed-*")) and not (fresh / "again.xml").exists()

@@ -18,7 +18,7 @@ from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchIn
 from ootci.runner.models import TestResult as Result
 from ootci.runner.records import record_files
 from ootci.runner.records.upstream_files import summarize
-from ootci.runner.suite_runs import shard_plan
+from ootci.runner.suite_runs import junit, shard_plan
 from ootci.runner.torch_supply import envs
 from tests.support import fake_upstream
 from tests.support.cli import ootci
@@ -145,6 +145,15 @@ def test_the_files_come_from_the_commit_the_torch_names_and_every_failure_is_cla
     assert (ops.passed, ops.failed, ops.upstream, ops.skipped) == (3, 2, 1, 3)
     assert ops.skipped_by_reason == {"dtype not claimed": 1, "only on cuda": 1, "slow (PYTORCH_TEST_WITH_SLOW)": 1}
     assert per_file[fake_upstream.BROKEN_FILE].collection_error
+    # The failures were re-run in a fork of their file's own session, not in a process that collects
+    # the file again: the stage's log shows one pytest process per file, and the CPU's opinion.
+    log = (first_night.out / "logs" / "upstream.log").read_text()
+    started = [line for line in log.splitlines() if line.startswith("$ ") and " -m pytest " in line]
+    assert len(started) == 3 and sum("--ootci-retry-junit=" in line for line in started) == 2
+    # The run directory keeps the suite's gzip'd JUnit, every test in it, and no per-process copy.
+    junit_dir = first_night.out / "junit"
+    assert sorted(p.name for p in junit_dir.iterdir()) == ["upstream.xml.gz"]
+    assert {c.id for c in junit.parse(junit_dir / "upstream.xml.gz").cases} == set(tests)
 
 
 def test_a_baseline_then_the_second_commit_says_new_known_and_fixed_with_the_same_ids(
