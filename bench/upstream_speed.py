@@ -5,10 +5,11 @@
 
 DIR is a folder of PyTorch's test/ (public copies, or a checkout); the files default to
 those OpenReg's [suites.upstream] takes from it (its list, or what its discovery finds there).
-`--generated N` writes one device-generic file of N tests instead (tests/support/generated_upstream.py: a real op per test, 4 dtypes, 340 of 20,000 failing
-in four ways, 40 of those on CPU too). Builds (or reuses) the torch 2.13.0 layer and an OpenReg
-wheel in $OOTCI_CACHE, makes one environment over them with the suite's requirements (kept in
---workdir for the next go), then runs, alternately, `rounds` times each:
+`--generated N` writes one device-generic file of N tests instead (tests/support/generated_upstream.py:
+a real op per test, 4 dtypes, 340 of 20,000 failing in four ways, 40 of those on CPU too).
+Builds (or reuses) the torch 2.13.0 layer and an OpenReg wheel in $OOTCI_CACHE, makes one
+environment over them with the suite's requirements (kept in --workdir for the next
+go), then runs, alternately, `rounds` times each:
 
 - plain pytest: `python -m pytest FILES` with PYTORCH_TESTING_DEVICE_ONLY_FOR=openreg, one
   process, as a vendor would run them by hand;
