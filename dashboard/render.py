@@ -316,8 +316,38 @@ def missing_cell(run: Run, href: str | None = None) -> Markup:
                   + (f'<a href="{href}">{text}</a>' if href else text) + "</td>")
 
 
+COVERAGE_PAGE_BYTES = 800_000
+"""The rows one coverage page holds at most: ops x backends grows past any page at a vendor's size
+(about 700 OpInfos x 100 backends), so the table is cut into pages of whole rows under this."""
+
+
+def coverage_pages(ops: list[str], backends: list[str], table: dict[str, dict[str, dict]],
+                   limit: int | None = None) -> list[tuple[list[str], Markup]]:
+    """The coverage table cut into pages of whole rows, each under `limit` bytes of rows (a row larger
+    than that is a page of its own): [(the page's ops, its rows)]; one page where all fit."""
+    limit = COVERAGE_PAGE_BYTES if limit is None else limit
+    pages: list[tuple[list[str], Markup]] = []
+    chunk_ops: list[str] = []
+    chunk_rows: list[str] = []
+    size = 0
+    for op, row in zip(ops, _coverage_row_texts(ops, backends, table), strict=True):
+        cost = len(row.encode("utf-8")) + 1
+        if chunk_rows and size + cost > limit:
+            pages.append((chunk_ops, Markup("\n".join(chunk_rows))))
+            chunk_ops, chunk_rows, size = [], [], 0
+        chunk_ops.append(op)
+        chunk_rows.append(row)
+        size += cost
+    pages.append((chunk_ops, Markup("\n".join(chunk_rows))))
+    return pages
+
+
 def coverage_rows(ops: list[str], backends: list[str], table: dict[str, dict[str, dict]]) -> Markup:
     """The ops x backends cells (up to hundreds of each, so no template loop)."""
+    return Markup("\n".join(_coverage_row_texts(ops, backends, table)))
+
+
+def _coverage_row_texts(ops: list[str], backends: list[str], table: dict[str, dict[str, dict]]) -> list[str]:
     out = []
     esc = escape
     names = [(b, esc(b)) for b in backends]
@@ -337,7 +367,7 @@ def coverage_rows(ops: list[str], backends: list[str], table: dict[str, dict[str
                 (("passing", ok), ("failing", bad), ("skipped", skip)) if dtypes)
             cells.append(f'<td class="{kind}" title="{title}">{len(ok)}/{len(ok) + len(bad)}')
         out.append(f'<tr><th class="name">{eop}</th>{"".join(cells)}')
-    return Markup("\n".join(out))
+    return out
 
 
 def dumps(data) -> str:

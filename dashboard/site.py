@@ -362,8 +362,7 @@ class _Build:
         self.put("index.html", render.page("index.html.j2", root="", rows=[render.Markup(e["row"]) for e in entries],
                                            prs=prs[:30], generated=generated, skipped=self.report.skipped,
                                            shared_causes=shared))
-        self.put("coverage.html", render.page("coverage.html.j2", root="", **self._coverage(cache, backends),
-                                              generated=generated))
+        self._put_coverage(self._coverage(cache, backends), generated)
         self.put("api/latest.json", render.dumps({
             "generated_at": generated, "schema_version": 1, "backends": [e["api"] for e in entries],
         }))
@@ -470,6 +469,21 @@ class _Build:
             "runs": [_run_entry(r, paged) for r in reversed(runs)],
         })
         self.put(f"api/backends/{safe_name(name)}.json", render.dumps(api))
+
+    def _put_coverage(self, coverage: dict, generated: str) -> None:
+        """coverage.html, and where the table outgrows one page (issue 51: at most 1 MB a page), its
+        further pages under coverage/, each linked from every page; the pages of an earlier build go."""
+        pages = render.coverage_pages(coverage["ops"], coverage["backends"], coverage["table"])
+        shutil.rmtree(self.staging / "coverage", ignore_errors=True)
+        rels = ["coverage.html", *(f"coverage/{n}.html" for n in range(2, len(pages) + 1))]
+        nav = [{"href": rel, "first": ops[0] if ops else "", "last": ops[-1] if ops else ""}
+               for rel, (ops, _) in zip(rels, pages, strict=True)]
+        for n, (rel, (ops, rows)) in enumerate(zip(rels, pages, strict=True), start=1):
+            root = "../" if "/" in rel else ""
+            self.put(rel, render.page("coverage.html.j2", root=root, rows=rows, page_no=n, nav=nav,
+                                      ops_shown=len(ops), ops_total=len(coverage["ops"]),
+                                      backends=coverage["backends"], sources=coverage["sources"],
+                                      generated=generated))
 
     def _coverage(self, cache: dict[str, dict], backends: list[str]) -> dict:
         """Ops x backends from each backend's newest run with OpInfo results."""

@@ -759,3 +759,41 @@ def test_a_run_of_100000_tests_keeps_its_page_under_1_mb(tmp_path):
     assert len(tests) == 100_000 and sum(t["outcome"] == "failed" for t in tests) == 5000
     assert listed.stat().st_size + testset.stat().st_size < 2_000_000
     assert max(p.stat().st_size for p in out.rglob("*.html")) == page.stat().st_size
+
+
+def test_op_coverage_at_a_vendors_size_is_cut_into_pages_of_whole_rows_under_the_limit():
+    """Issue 51: ops x backends outgrows any one page (700 OpInfos x 100 backends); the table is cut
+    into pages of whole rows, every op on exactly one page, each page's rows within the limit."""
+    backends = [f"vendor{i}" for i in range(100)]
+    ops = [f"op{i:03d}" for i in range(700)]
+    table = {op: {b: {"ok": ["float32", "bfloat16"], "bad": ["float16"], "skip": []} for b in backends} for op in ops}
+    pages = render.coverage_pages(ops, backends, table)
+    assert len(pages) > 1
+    assert [op for page_ops, _ in pages for op in page_ops] == ops
+    assert all(len(rows.encode()) <= render.COVERAGE_PAGE_BYTES for _, rows in pages)
+    assert "\n".join(rows for _, rows in pages) == render.coverage_rows(ops, backends, table)
+    one = render.coverage_pages(ops[:3], backends[:2], table)
+    assert [page_ops for page_ops, _ in one] == [ops[:3]]
+
+
+def test_a_coverage_table_of_several_pages_links_each_from_every_page_and_a_smaller_one_leaves_none(
+        tmp_path, monkeypatch):
+    data, out = tmp_path / "runs", tmp_path / "site"
+    write_nights(data, "openreg", range(0, 2))
+    monkeypatch.setattr(render, "COVERAGE_PAGE_BYTES", 400)  # a few rows a page
+    build(data, out)
+    extra = sorted((out / "coverage").glob("*.html"))
+    assert len(extra) >= 2
+    first = (out / "coverage.html").read_text()
+    seen = [op for op in synthetic.OPS if f'<th class="name">{op}</th>' in first]
+    for page in extra:
+        text = page.read_text()
+        assert 'href="../coverage.html"' in text and 'href="../assets/style.css"' in text
+        assert 'href="../backends/openreg.html"' in text
+        seen += [op for op in synthetic.OPS if f'<th class="name">{op}</th>' in text]
+    assert sorted(seen) == sorted(synthetic.OPS)  # every op on exactly one page
+    assert f'href="coverage/{len(extra) + 1}.html"' in first
+    monkeypatch.setattr(render, "COVERAGE_PAGE_BYTES", 10**9)
+    write_nights(data, "openreg", range(2, 3))
+    build(data, out)
+    assert not (out / "coverage").exists() or not list((out / "coverage").glob("*.html"))
