@@ -235,7 +235,12 @@ def plan_suite(backend: str, suite: UpstreamSuite, recorded: Mapping[str, Mappin
                    overhead_s=every_job_s + split_s / guess, jobs=jobs)
     planned.runs, planned.default_s = list(runs), default_s
     planned.unseen = [f.file for f in files if f.default_s is not None]
-    if not runs:
+    if not names and suite.discovers:
+        # Discovery finds the files in the fetched test/ at run time; a plan made before any night has
+        # no names to place, so its jobs hash the files they find between them (the next plan has times).
+        planned.notes.append(f"no recorded night of {backend}, whose upstream files are discovered: the plan cannot "
+                             f"name them yet, so its {planned.n} job(s) share whatever discovery finds by hash")
+    elif not runs:
         planned.notes.append(f"no recorded times for {backend}: every file planned at its {default_s:g} s time limit "
                              "(the default for a file never seen: the most it may take before it is cut)")
     elif planned.unseen:
@@ -263,7 +268,7 @@ def describe(planned: Plan) -> list[str]:
     for job in planned.jobs:
         parts = ", ".join(p.describe() if p.whole else f"{p.file} ({len(p.tests)} tests)" for p in job.pieces)
         lines.append(f"job {job.index}/{planned.n}: {job.expected_s / 60:.1f} min expected: "
-                     f"{parts or 'no upstream files'}")
+                     f"{parts or 'no upstream file named (discovered ones by hash)'}")
     return lines + planned.notes
 
 

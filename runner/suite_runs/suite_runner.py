@@ -97,6 +97,9 @@ class SuiteSpec:
     """with crash isolation by fork: the tests that did not pass run once more in a fork of the same
     session (ootci_plugin's --ootci-retry-junit), at the cost of neither an interpreter nor a
     collection; their results are SuiteRun.retried, for the caller to judge"""
+    retry_skip: list[str] = field(default_factory=list)
+    """with retry_in_fork: ids the fork does not re-run (known failures whose baseline names their
+    cause: the caller asks again only those that now fail otherwise)"""
 
     @property
     def is_command(self) -> bool:
@@ -394,6 +397,10 @@ class SuiteRunner:
                 if spec.retry_in_fork and attempt == 1:
                     retry_xml = raw_dir / f"retry-{round_no}.xml"
                     argv += [f"--ootci-retry-junit={retry_xml}"]
+                    if spec.retry_skip:
+                        skip_file = raw_dir / f"retry-skip-{round_no}.txt"
+                        skip_file.write_text("".join(f"{i}\n" for i in spec.retry_skip), encoding="utf-8")
+                        argv += [f"--ootci-retry-skip={skip_file}"]
             elif parallel:
                 argv += ["-n", str(spec.workers), "--max-worker-restart", str(MAX_RESUMES * spec.workers)]
             else:

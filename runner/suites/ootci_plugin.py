@@ -123,6 +123,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ootci-retry-junit", default="", metavar="PATH",
                     help="with --ootci-fork: once every child is done, run the tests that did not pass once more in "
                          "one new fork of the collected session, their results streamed to this JUnit file")
+    group.addoption("--ootci-retry-skip", default="", metavar="FILE",
+                    help="with --ootci-retry-junit: ids (one a line) the retry leaves out (known failures whose "
+                         "cause the runner judges after the run)")
     group.addoption("--ootci-device-type-ids", default="", metavar="DEVICE",
                     help="write the ids of PyTorch's device-type tests without the instantiation's class suffix, "
                          "naming DEVICE in the method (device_type_ids.py); selections and shards use these ids")
@@ -411,6 +414,10 @@ class _State:
             if name.startswith(_NOT_PASSED):
                 with open(os.path.join(self.progress_dir, name), encoding="utf-8") as f:
                     failing.update(line.rstrip("\n") for line in f if line.strip())
+        skip_file = self.config.getoption("ootci_retry_skip")
+        if skip_file:
+            with open(skip_file, encoding="utf-8") as f:
+                failing.difference_update(line.rstrip("\n") for line in f)
         queue = [i for i, item in enumerate(items) if self.ids(item.nodeid) in failing]
         if not queue:
             return

@@ -281,6 +281,16 @@ def test_upstream_suite_without_times_plans_whole_files_at_their_limit():
     assert planned.unseen == [LONG, MID] and planned.jobs[0].expected_s == 240
 
 
+def test_a_discovering_suite_before_its_first_night_says_its_files_are_shared_by_hash():
+    """OpenReg's own manifest discovers its files: before a night is recorded there is no name to place."""
+    planned = shard_plan.plan_suite("openreg", UpstreamSuite(files="discover"), None, budget_s=300)
+    assert planned.n == 1 and planned.jobs[0].pieces == []
+    assert any("discovered" in note and "by hash" in note for note in planned.notes)
+    assert shard_plan.describe(planned)[1].endswith("no upstream file named (discovered ones by hash)")
+    listed = shard_plan.plan_suite("openreg", UpstreamSuite(files=[LONG]), None, budget_s=3000)
+    assert not any("discovered" in note for note in listed.notes)
+
+
 def test_a_planned_shard_reproduces_with_its_plan_and_the_merge_drops_both():
     from ootci.runner.models import reproduce_command
 

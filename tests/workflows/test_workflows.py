@@ -1434,7 +1434,14 @@ def test_with_shard_minutes_the_plan_jobs_output_feeds_the_matrix_the_shards_and
     plan, run, merge = backend["jobs"]["plan"], backend["jobs"]["run"], backend["jobs"]["merge"]
     assert run["needs"] == "plan" and "if" not in plan  # the run job needs it either way
     [step] = [s for s in plan["steps"] if s.get("id") == "plan"]
-    inputs = {"backend": "openreg", "shards": 1, "shard-minutes": 25, "artifact-suffix": ""}
+    # A backend with a list of files (OpenReg discovers its own: no night, no names to plan).
+    manifest = tmp_path / "listed" / "backend.toml"
+    manifest.parent.mkdir()
+    listed = 'files = ["test_view_ops.py", "test_shape_ops.py", "test_sort_and_select.py", "test_indexing.py"]\n\n'
+    manifest.write_text(re.sub(r'(?ms)^files = "discover"\n.*?(?=^\[)', listed,
+                               (REPO / "backends" / "openreg" / "backend.toml").read_text()))
+    shutil.copy(REPO / "backends" / "openreg" / "known-failures.toml", manifest.parent)
+    inputs = {"backend": str(manifest), "shards": 1, "shard-minutes": 25, "artifact-suffix": ""}
     env = {name: re.sub(r"\$\{\{(.*?)\}\}", lambda m: str(evaluate(m.group(1), inputs=inputs,
                                                                    github={"run_attempt": 2})), value)
            for name, value in step["env"].items()}
@@ -1446,19 +1453,21 @@ def test_with_shard_minutes_the_plan_jobs_output_feeds_the_matrix_the_shards_and
     # No history yet (the data branch's first night): OpenReg's four files at their 600 s limit, two jobs.
     assert "no recorded times for openreg" in done.stderr
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
-    assert outputs["shards"] == "[1, 2]" and outputs["jobs"] == "2" and outputs["artifact"] == "ootci-plan-openreg-2"
+    artifact = outputs["artifact"]  # named for the backend input (here a manifest's path) and the attempt
+    assert outputs["shards"] == "[1, 2]" and outputs["jobs"] == "2" and artifact.startswith("ootci-plan-tmp-")
+    assert artifact.endswith("-listed-backend.toml-2")
     assert json.loads(outputs["matrix"])["include"][1] == {"shard": 2, "shards": 2, "expected_min": 20.0}
     assert (tmp_path / "ootci-plan" / "shard-plan.json").is_file()
     needs = {"plan": {"result": "success", "outputs": outputs}}
     assert evaluate(run["strategy"]["matrix"]["shard"], inputs=inputs, needs=needs) == [1, 2]
-    assert evaluate(run["name"], inputs=inputs, needs=needs, matrix={"shard": 2}) == "openreg (shard 2/2)"
+    assert evaluate(run["name"], inputs=inputs, needs=needs, matrix={"shard": 2}) == f"{manifest} (shard 2/2)"
     [suites] = [s for s in run["steps"] if s.get("uses") == "$/actions/run-suites"]
     assert evaluate(suites["with"]["shard"], inputs=inputs, matrix={"shard": 2}, needs=needs) == "2/2"
     assert evaluate(suites["with"]["shard-plan"], inputs=inputs, needs=needs, runner={"temp": "/t"}) == (
         "/t/ootci-plan/shard-plan.json")
     downloads = [s for job in (run, merge) for s in job["steps"]
                  if s.get("uses", "").startswith("actions/download-artifact") and "plan" in s["with"].get("name", "")]
-    assert len(downloads) == 2 and all(evaluate(d["with"]["name"], needs=needs) == "ootci-plan-openreg-2"
+    assert len(downloads) == 2 and all(evaluate(d["with"]["name"], needs=needs) == artifact
                                        for d in downloads)
     assert evaluate(merge["if"].replace("!cancelled() && ", ""), inputs=inputs, needs=needs) is True
     assert evaluate(merge["if"].replace("!cancelled() && ", ""), inputs=inputs,
