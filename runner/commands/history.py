@@ -20,7 +20,7 @@ from ootci.runner.history.data_branch import commit_of, pull, push, remote_tip
 from ootci.runner.history.github_artifacts import ATTEST_TITLE
 from ootci.runner.history.merging import merge, merge_bisections
 from ootci.runner.history.missing_runs import MISSING_WHY, fill_missing, read_matrix
-from ootci.runner.stages.report import append_to_github_file
+from ootci.runner.stages.report import append_to_github_file, escape_workflow_command
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,6 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                         "digest (the collector takes only what the job of its backend said)")
     at.add_argument("artifact", help="the artifact's name")
     at.add_argument("digest", help="its SHA-256, as upload-artifact's artifact-digest output gives it")
+    at.add_argument("--instead-of", metavar="NAME",
+                    help="the name the job meant to upload under, which another job of the run took first")
     at.set_defaults(func=cmd_attest)
 
     tp = hsub.add_parser("tip", help="whether the data branch is still at the commit a site was built from "
@@ -180,6 +182,10 @@ def cmd_attest(args: argparse.Namespace) -> int:
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", args.artifact):
         raise UsageError(f"artifact: expected an artifact name (letters, digits, '.', '_', '-'), "
                          f"got {args.artifact[:80]!r}")
+    if args.instead_of:
+        print(f"::warning title=ootci artifact name taken::{escape_workflow_command(args.instead_of[:200])} was "
+              f"uploaded by another job of this run before this one: this job's records are {args.artifact}, and "
+              f"that one is refused by every reader")
     print(f"::notice title={ATTEST_TITLE}::{args.artifact} sha256:{digest}")
     return 0
 

@@ -15,6 +15,9 @@ cleanly. A partial pull (`ootci history pull`) checks out only the runs, so the 
 read from git's trees (names only, no file is fetched), and only the days of the window.
 Without --history, the directories already in DIR are what has been collected.
 
+With --run, only that run is read (a nightly's publish reads its own run, `--run $GITHUB_RUN_ID`, where
+download-artifact would take any artifact any job uploaded), with the same checks of each artifact.
+
 Only what this repository's own workflow made on its default branch is read: a run started by any
 event but schedule or workflow_dispatch, of another branch, of a fork's code or of another workflow
 file is named and skipped, and an artifact holding a record of another backend than its name says is
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from ootci.runner.core.errors import GitHubError, OutputError, UsageError
 from ootci.runner.core.http import Retry
-from ootci.runner.history.collect import DEFAULT_PREFIX, DEFAULT_SINCE_HOURS, LEDGER, collect, parse_now
+from ootci.runner.history.collect import DEFAULT_PREFIX, DEFAULT_SINCE_HOURS, LEDGER, collect, collect_run, parse_now
 from ootci.runner.history.github_artifacts import REPOSITORY_ENV, GitHub
 from ootci.runner.stages.report import append_to_github_file
 
@@ -37,9 +40,13 @@ from ootci.runner.stages.report import append_to_github_file
 def register(hsub: argparse._SubParsersAction) -> None:
     c = hsub.add_parser("collect", help="download the run records that a workflow's recent runs uploaded, "
                                         "as soon as each job has finished")
-    c.add_argument("--workflow", required=True, help="the workflow's file name (nightly.yml) or id")
-    c.add_argument("--since", type=float, default=DEFAULT_SINCE_HOURS, metavar="HOURS",
-                   help=f"runs created in the last HOURS hours (default {DEFAULT_SINCE_HOURS:g})")
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--workflow", help="the workflow's file name (nightly.yml) or id")
+    which.add_argument("--run", type=int, metavar="RUN_ID",
+                       help="only this run, of every attempt: the job's own ($GITHUB_RUN_ID, a nightly's publish); "
+                            "its artifacts are taken as attested, the run itself is not questioned")
+    c.add_argument("--since", type=float, metavar="HOURS",
+                   help=f"runs created in the last HOURS hours (default {DEFAULT_SINCE_HOURS:g}; not with --run)")
     c.add_argument("--into", type=Path, required=True, metavar="DIR",
                    help="each artifact is unpacked into DIR/<artifact id>/")
     c.add_argument("--history", type=Path, metavar="CHECKOUT",
@@ -58,6 +65,11 @@ def register(hsub: argparse._SubParsersAction) -> None:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
+    if args.run is not None and (args.since is not None or args.history is not None):
+        raise UsageError("history collect: --run takes one run, not a window (--since) or a ledger (--history)")
+    if args.run is not None and args.run <= 0:
+        raise UsageError(f"--run: expected a workflow run's id, got {args.run}")
+    args.since = DEFAULT_SINCE_HOURS if args.since is None else args.since
     if not args.since > 0:
         raise UsageError(f"--since: expected a number of hours above 0, got {args.since:g}")
     if args.into.exists() and not args.into.is_dir():
@@ -69,9 +81,11 @@ def cmd_collect(args: argparse.Namespace) -> int:
         raise UsageError(f"history collect: no --repo and no ${REPOSITORY_ENV}")
     github = GitHub(repository, retry=Retry(attempts=args.attempts, backoff_s=args.backoff,
                                             timeout_s=args.timeout))
-    now = parse_now(args.now)
-    outcome = collect(github, args.workflow, since_hours=args.since, into=args.into, history=args.history,
-                      prefix=args.prefix, now=now, branch=args.branch)
+    if args.run is not None:
+        outcome = collect_run(github, args.run, into=args.into, prefix=args.prefix)
+    else:
+        outcome = collect(github, args.workflow, since_hours=args.since, into=args.into, history=args.history,
+                          prefix=args.prefix, now=parse_now(args.now), branch=args.branch)
     for shown in outcome.untrusted:
         print(f"ootci: history collect: not read: {shown}")
     for shown in outcome.collected:
@@ -82,8 +96,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
         print(f"ootci: history collect: expired before it was collected: {shown}")
     for message in outcome.failed:
         print(f"ootci: history collect: failed: {message}")
-    print(f"ootci: history collect: {args.workflow}: {outcome.runs} run(s) in the last {args.since:g} h; "
-          f"{len(outcome.untrusted)} not read; {len(outcome.collected)} artifact(s) collected into {args.into}, "
+    read = (f"run {args.run}" if args.run is not None else
+            f"{args.workflow}: {outcome.runs} run(s) in the last {args.since:g} h; {len(outcome.untrusted)} not read")
+    print(f"ootci: history collect: {read}; {len(outcome.collected)} artifact(s) collected into {args.into}, "
           f"{outcome.already} collected before, "
           f"{len(outcome.expired)} expired, {len(outcome.refused)} refused, {len(outcome.failed)} failed")
     append_to_github_file("GITHUB_OUTPUT", f"collected={len(outcome.collected)}\n")

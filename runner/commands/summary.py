@@ -2,7 +2,8 @@
 
 Workflows call it after `ootci run` (even when that failed) to learn the worst status
 and a safe artifact name without parsing JSON in shell. On GitHub Actions it writes
-`status`, `runs` and `artifact` to $GITHUB_OUTPUT; `--step-summary` also appends the
+`status`, `runs`, `artifact` and `unforeseen` (the name to upload under when another job of the run
+took `artifact` first: nobody can know it in advance) to $GITHUB_OUTPUT; `--step-summary` also appends the
 table to $GITHUB_STEP_SUMMARY. `--bisection` does the same for a bisection's record
 (runner/bisection/summary.py), after `ootci bisect` in bisect.yml.
 """
@@ -10,6 +11,7 @@ table to $GITHUB_STEP_SUMMARY. `--bisection` does the same for a bisection's rec
 from __future__ import annotations
 
 import argparse
+import secrets
 from pathlib import Path
 
 from ootci.runner.bisection import summary as bisection_summary
@@ -58,6 +60,12 @@ def markdown_table(records: list[RunRecord], rejected: int) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def unforeseen_name(name: str) -> str:
+    """`name` with a random suffix: where another backend's code in the run uploaded under `name` first (it
+    is known in advance), the records go up under this one, which nobody could have taken before."""
+    return f"{name[:160]}-taken-{secrets.token_hex(8)}"
+
+
 def cmd_summary(args: argparse.Namespace) -> int:
     if args.bisection:
         return bisection_summary.summarize(args.out, artifact=args.artifact, step_summary=args.step_summary)
@@ -67,7 +75,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
     print(table, end="")
     outputs = [f"status={worst_status(records)}", f"runs={len(records)}"]
     if args.artifact:
-        outputs.append(f"artifact={artifact_name(args.artifact)}")
+        name = artifact_name(args.artifact)
+        outputs += [f"artifact={name}", f"unforeseen={unforeseen_name(name)}"]
     append_to_github_file("GITHUB_OUTPUT", "".join(line + "\n" for line in outputs))
     if args.step_summary:
         append_to_github_file("GITHUB_STEP_SUMMARY", table)

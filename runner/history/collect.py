@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,52 +168,73 @@ def collect(github: GitHub, workflow: str, *, since_hours: float, into: Path, hi
         if why:
             outcome.untrusted.append(f"run {run.id}: {why}")
             continue
+
+        def marker(artifact: Artifact, said: str, run: WorkflowRun = run) -> None:
+            if history is not None:
+                mark(history, artifact, run, said)
+
+        take_run(github, run.id, into=into, prefix=prefix, known=known, outcome=outcome, marker=marker)
+    return outcome
+
+
+def collect_run(github: GitHub, run_id: int, *, into: Path, prefix: str = DEFAULT_PREFIX) -> Collected:
+    """Unpack into `into` every artifact named `prefix...` of one run, of every attempt, that a job of
+    its backend attested: a nightly's own publish, whose run is the job's own (no event, branch or
+    repository to prove), but whose backend jobs ran vendors' code that can upload under any name.
+    What `into` holds already (an earlier attempt's publish on the same runner) is not downloaded again."""
+    into.mkdir(parents=True, exist_ok=True)
+    known = {int(p.name) for p in into.iterdir() if p.is_dir() and p.name.isdigit()}
+    outcome = Collected(runs=1)
+    take_run(github, run_id, into=into, prefix=prefix, known=known, outcome=outcome)
+    return outcome
+
+
+def take_run(github: GitHub, run_id: int, *, into: Path, prefix: str, known: set[int], outcome: Collected,
+             marker: Callable[[Artifact, str], None] = lambda artifact, said: None) -> None:
+    """The attested, new `prefix...` artifacts of run `run_id`, each unpacked into `into/<id>/` and told to
+    `marker` (`collected` or `refused: <why>`); what failed is left unmarked for the next try."""
+    try:
+        artifacts = github.artifacts(run_id)
+        claims = github.claims(run_id) if any(a.name.startswith(prefix) for a in artifacts) else {}
+    except GitHubError as exc:
+        outcome.failed.append(exc.message)
+        return
+    for artifact in artifacts:
+        shown = f"{artifact.name} ({artifact.id})"
+        if not artifact.name.startswith(prefix):
+            continue
+        if artifact.id in known:
+            outcome.already += 1
+            continue
+        if artifact.expired:
+            outcome.expired.append(shown)
+            continue
+        archive = into / f".{artifact.id}.zip"
+        unpacked = into / str(artifact.id)
+        if (why := unattested(artifact, claims, prefix)) is not None:
+            # Listed, never downloaded: an artifact never changes, so it is marked and not asked again.
+            outcome.refused.append(f"{shown}: {why}")
+            marker(artifact, f"refused: {why}")
+            continue
         try:
-            artifacts = github.artifacts(run.id)
-            claims = github.claims(run.id) if any(a.name.startswith(prefix) for a in artifacts) else {}
+            github.download(artifact, archive)
+            extract(archive, unpacked)
+            if (foreign := foreign_records(unpacked, artifact.name, prefix)) is not None:
+                shutil.rmtree(unpacked)
+                raise RefusedArchive(foreign)
         except GitHubError as exc:
             outcome.failed.append(exc.message)
             continue
-        for artifact in artifacts:
-            shown = f"{artifact.name} ({artifact.id})"
-            if not artifact.name.startswith(prefix):
-                continue
-            if artifact.id in known:
-                outcome.already += 1
-                continue
-            if artifact.expired:
-                outcome.expired.append(shown)
-                continue
-            archive = into / f".{artifact.id}.zip"
-            unpacked = into / str(artifact.id)
-            if (why := unattested(artifact, claims, prefix)) is not None:
-                # Listed, never downloaded: an artifact never changes, so it is marked and not asked again.
-                outcome.refused.append(f"{shown}: {why}")
-                if history is not None:
-                    mark(history, artifact, run, f"refused: {why}")
-                continue
-            try:
-                github.download(artifact, archive)
-                extract(archive, unpacked)
-                if (foreign := foreign_records(unpacked, artifact.name, prefix)) is not None:
-                    shutil.rmtree(unpacked)
-                    raise RefusedArchive(foreign)
-            except GitHubError as exc:
-                outcome.failed.append(exc.message)
-                continue
-            except RefusedArchive as exc:
-                # An artifact never changes: marked, so that it is not downloaded again to be refused again.
-                outcome.refused.append(f"{shown}: {exc}")
-                if history is not None:
-                    mark(history, artifact, run, f"refused: {exc}")
-                continue
-            finally:
-                archive.unlink(missing_ok=True)
-            known.add(artifact.id)
-            if history is not None:
-                mark(history, artifact, run, "collected")
-            outcome.collected.append(shown)
-    return outcome
+        except RefusedArchive as exc:
+            # An artifact never changes: marked, so that it is not downloaded again to be refused again.
+            outcome.refused.append(f"{shown}: {exc}")
+            marker(artifact, f"refused: {exc}")
+            continue
+        finally:
+            archive.unlink(missing_ok=True)
+        known.add(artifact.id)
+        marker(artifact, "collected")
+        outcome.collected.append(shown)
 
 
 def parse_now(given: str | None) -> dt.datetime:

@@ -198,6 +198,53 @@ def test_an_artifact_no_job_of_its_backend_said_it_uploaded_is_refused_and_the_r
     assert (into / "3012" / "gaudi-hpu-20261122T0317Z-aaaaaa" / "record.json").is_file()
 
 
+def test_a_nightlys_publish_takes_only_the_attested_artifacts_of_its_own_run(github, tmp_path):
+    """Issue 54, high: the nightly's publish reads its own run (`--run $GITHUB_RUN_ID`) through the same
+    checks, where download-artifact took every `ootci-run-*` any job uploaded. Vendor A's code took B's
+    name first (B's own upload then fell back to a name of its own, publish-results) and uploaded a record
+    of B under it; an earlier attempt's artifact counts as the run's; another run is never read. The run
+    itself is not questioned (a run by hand of a branch is still the job's own), and no ledger is kept."""
+    github.add_run(401, NOW - dt.timedelta(hours=1), event="workflow_dispatch", head_branch="try-this")
+    github.add_artifact(401, 4011, "ootci-run-gaudi-hpu-1",
+                        run_artifact("gaudi-hpu-20261122T0317Z-ffffff", "gaudi-hpu"),
+                        said_by="backend (openreg) / openreg")
+    github.add_artifact(401, 4012, "ootci-run-gaudi-hpu-1-taken-0f3a9c",
+                        run_artifact("gaudi-hpu-20261122T0317Z-aaaaaa", "gaudi-hpu"))
+    github.add_artifact(401, 4013, "ootci-run-openreg-1", run_artifact("openreg-20261122T0317Z-bbbbbb"))
+    github.add_artifact(401, 4014, "ootci-run-openreg-2", run_artifact("openreg-20261122T0517Z-cccccc"))
+    github.add_run(402, NOW - dt.timedelta(minutes=30))
+    github.add_artifact(402, 4021, "ootci-run-openreg-1", run_artifact("openreg-20261122T0400Z-dddddd"))
+    into = tmp_path / "records"
+
+    result = ootci("history", "collect", "--run", "401", "--into", str(into), "--backoff", "0", env=github.env())
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert ("ootci: history collect: refused ootci-run-gaudi-hpu-1 (4011): no job of its backend said it uploaded "
+            "it (only backend (openreg) / openreg did, and its name is not that backend's)") in lines
+    assert lines[-1] == (f"ootci: history collect: run 401; 3 artifact(s) collected into {into}, 0 collected before, "
+                         "0 expired, 1 refused, 0 failed")
+    assert sorted(github.downloads()) == [4012, 4013, 4014]
+    assert sorted(p.name for p in into.iterdir()) == ["4012", "4013", "4014"]
+    assert not any("/workflows/" in r.path for r in github.api_requests)  # no run list: only run 401's
+    assert (into / "4012" / "gaudi-hpu-20261122T0317Z-aaaaaa" / "record.json").is_file()
+    # A second publish of the run (a re-run's, on a runner that kept the folder) downloads nothing again.
+    again = ootci("history", "collect", "--run", "401", "--into", str(into), "--backoff", "0", env=github.env())
+    assert again.returncode == 0 and "0 artifact(s) collected" in again.stdout and "3 collected before" in again.stdout
+    assert sorted(github.downloads()) == [4012, 4013, 4014]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--run", "401", "--since", "36"],
+     "history collect: --run takes one run, not a window (--since) or a ledger (--history)"),
+    (["--run", "0"], "--run: expected a workflow run's id, got 0"),
+])
+def test_run_with_a_window_or_no_run_is_one_line(github, tmp_path, args, message):
+    result = ootci("history", "collect", *args, "--into", str(tmp_path / "r"), env=github.env())
+    assert (result.returncode, result.stderr) == (2, f"ootci: {message}\n")
+    assert github.api_requests == []
+
+
 def test_what_was_collected_merges_into_the_history(github, tmp_path):
     a_night(github)
     into, history = tmp_path / "collected", tmp_path / "history"
@@ -434,6 +481,15 @@ def test_attest_says_the_artifact_and_its_digest_as_a_notice_of_the_job(tmp_path
     said = ootci("history", "attest", "ootci-run-openreg-1", digest)
     assert said.returncode == 0, said.stderr
     assert said.stdout == f"::notice title=ootci artifact::ootci-run-openreg-1 sha256:{digest}\n"
+    # Under the unforeseen name, because another job took the name first: a warning names the one taken.
+    taken = ootci("history", "attest", "ootci-run-openreg-1-taken-0123456789abcdef", digest,
+                  "--instead-of", "ootci-run-openreg-1")
+    assert taken.returncode == 0, taken.stderr
+    assert taken.stdout.splitlines() == [
+        "::warning title=ootci artifact name taken::ootci-run-openreg-1 was uploaded by another job of this run "
+        "before this one: this job's records are ootci-run-openreg-1-taken-0123456789abcdef, and that one is "
+        "refused by every reader",
+        f"::notice title=ootci artifact::ootci-run-openreg-1-taken-0123456789abcdef sha256:{digest}"]
     for bad, field in ((["ootci-run-x", "abc"], "digest"), (["bad name::x", digest], "artifact")):
         refused = ootci("history", "attest", *bad)
         assert refused.returncode == 2 and refused.stderr.startswith(f"ootci: {field}: expected")

@@ -291,8 +291,13 @@ def test_summary_reports_the_worst_status_a_safe_artifact_name_and_a_table(tmp_p
                    env={"GITHUB_OUTPUT": str(github_output), "GITHUB_STEP_SUMMARY": str(step_summary)})
 
     assert result.returncode == 0, result.stderr
-    assert github_output.read_text().splitlines() == [
-        "status=crashed", "runs=2", "artifact=ootci-run-vendor-ci-backend.toml-1"]
+    *outputs, unforeseen = github_output.read_text().splitlines()
+    assert outputs == ["status=crashed", "runs=2", "artifact=ootci-run-vendor-ci-backend.toml-1"]
+    # The name to upload under when another job of the run took that one first: drawn anew each time.
+    assert re.fullmatch(r"unforeseen=ootci-run-vendor-ci-backend\.toml-1-taken-[0-9a-f]{16}", unforeseen)
+    again = tmp_path / "again"
+    ootci("summary", str(out), "--artifact", "ootci-run-/vendor/ci/backend.toml:1", env={"GITHUB_OUTPUT": str(again)})
+    assert again.read_text().splitlines()[-1] != unforeseen
     table = step_summary.read_text()
     assert table == result.stdout
     assert "| ascend-npu | 💥 crashed | 2.13.0 | pr #123456 | autoload: OSError: libhccl.so: cannot open |" in table

@@ -32,6 +32,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,9 +196,10 @@ def as_called_from_elsewhere(repo: Path, dest: Path, sha: str) -> CalledOotci:
 def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], inputs: dict[str, str],
             log: Path, stubs: Path, event_payload: Path | None = None, ootci: CalledOotci | None = None,
             labels: tuple[str, ...] = ("ubuntu-latest",), variables: dict[str, str] | None = None,
-            secrets: dict[str, str] | None = None) -> ActResult:
+            secrets: dict[str, str] | None = None, on_line: Callable[[str], None] | None = None) -> ActResult:
     """ootci: the ootci copy a vendor repository (workdir) calls; labels: runner labels that
-    run on this host; secrets: `secrets.KEY` (GITHUB_TOKEN is also `github.token`)."""
+    run on this host; secrets: `secrets.KEY` (GITHUB_TOKEN is also `github.token`); on_line: told each
+    line of act's output as it comes (what a job printed, while the run goes on: its annotations)."""
     argv = [act_binary() or "act", event, "-W", workflow,
             *[arg for label in labels for arg in ("-P", f"{label}=-self-hosted")],
             "--pull=false", "--action-offline-mode",
@@ -223,10 +226,29 @@ def run_act(workdir: Path, event: str, workflow: str, *, env: dict[str, str], in
         argv += ["--var", f"{key}={value}"]
     for key, value in (secrets or {}).items():
         argv += ["--secret", f"{key}={value}"]
-    completed = subprocess.run(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               timeout=ACT_TIMEOUT_S, env={**os.environ, "NO_COLOR": "1"})
-    log.write_text(completed.stdout)
-    return ActResult(completed.returncode, completed.stdout)
+    lines: list[str] = []
+    killed = threading.Event()
+
+    def kill(process: subprocess.Popen) -> None:
+        killed.set()
+        process.kill()
+
+    with subprocess.Popen(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "NO_COLOR": "1"}) as process:
+        timer = threading.Timer(ACT_TIMEOUT_S, kill, args=(process,))
+        timer.start()
+        try:
+            for line in process.stdout or ():
+                lines.append(line)
+                if on_line is not None:
+                    on_line(line)
+        finally:
+            timer.cancel()
+            log.write_text("".join(lines))
+        returncode = process.wait()
+    if killed.is_set():
+        raise subprocess.TimeoutExpired(argv, ACT_TIMEOUT_S, output="".join(lines))
+    return ActResult(returncode, "".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,8 @@ pinned remote action (`--local-repository owner/repo@sha=DIR`) to a composite ac
 this module with the action's inputs. Each keeps the service's contract as the workflows rely on
 it, in $OOTCI_ACT_DIR:
 
-- artifacts (`artifacts/<name>/`): a name is taken once per run, or the upload fails (409), unless
+- artifacts (`artifacts/<name>/`, and `artifact-digest`, the SHA-256 of the zip `zip_of` makes of them, as
+  GitHub's API lists it): a name is taken once per run, or the upload fails (409), unless
   `overwrite`; hidden files stay out unless `include-hidden-files`; a download without a token and
   a run id sees only what this attempt uploaded; `pattern` is a glob with `{a,b}` alternatives, and
   each match goes to `path/<name>/` unless `merge-multiple`;
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import hashlib
 import io
 import json
 import os
@@ -33,6 +35,7 @@ import re
 import shutil
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve()
@@ -65,7 +68,7 @@ STAND_INS = {
         "actions/upload-artifact", "upload-artifact",
         {"name": "artifact", "path": "", "if-no-files-found": "warn", "retention-days": "0",
          "overwrite": "false", "include-hidden-files": "false", "compression-level": "6"},
-        ("artifact-id", "artifact-url")),
+        ("artifact-id", "artifact-url", "artifact-digest")),
     "actions/download-artifact": _action(
         "actions/download-artifact", "download-artifact",
         {"name": "", "pattern": "", "path": "", "merge-multiple": "false", "github-token": "", "run-id": "",
@@ -191,9 +194,25 @@ def upload_artifact() -> None:
         if behaviour == "warn":
             print(f"::warning::{message}")
         return
-    _store(name, root, files, _flag("overwrite"))
+    stored = _store(name, root, files, _flag("overwrite"))
     print(f"Artifact {name} has been successfully uploaded ({len(files)} files)")
-    _output(**{"artifact-id": name, "artifact-url": f"file://{_state_dir() / 'artifacts' / name}"})
+    _output(**{"artifact-id": name, "artifact-url": f"file://{stored}", "artifact-digest": digest_of(stored)})
+
+
+def zip_of(directory: Path) -> bytes:
+    """The artifact's zip as GitHub would serve it: the same bytes for the same files, every time (names
+    sorted, one fixed date), so that the digest the upload reports is the digest of what a download gets."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+            info = zipfile.ZipInfo(path.relative_to(directory).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+            archive.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
+    return buffer.getvalue()
+
+
+def digest_of(directory: Path) -> str:
+    """`sha256:<hex>` of the artifact's zip, as upload-artifact outputs it and the API lists it."""
+    return "sha256:" + hashlib.sha256(zip_of(directory)).hexdigest()
 
 
 def _braces(pattern: str) -> list[str]:

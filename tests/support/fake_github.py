@@ -18,12 +18,16 @@ import io
 import json
 import re
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlencode
 
 from werkzeug import Request, Response
 
+from ootci.runner.history.github_artifacts import ATTEST_TITLE
 from ootci.runner.models import RunRecord, StageResult, Status, TorchInfo
+from tests.support import act_stand_ins
 
 REPOSITORY = "ootci/ootci"
 TOKEN = "ghs_fake-token-0123456789"
@@ -84,6 +88,8 @@ class FakeGitHub:
     """path pattern -> HTTP statuses answered, one per request, before the real answer"""
     jobs: dict[int, list[dict]] = field(default_factory=dict)
     """run id -> its jobs, each with the annotations it printed"""
+    before_each_request: Callable[[], None] | None = None
+    """brings the run up to date before the API answers (`follow_act`: what the jobs of an act run uploaded)"""
 
     def __post_init__(self):
         base = f"/repos/{REPOSITORY}/actions"
@@ -143,8 +149,36 @@ class FakeGitHub:
         if job is None:
             job = {"id": run_id * 100 + len(jobs) + 1, "name": job_name, "annotations": []}
             jobs.append(job)
-        job["annotations"].append({"annotation_level": "notice", "title": "ootci artifact",
+        job["annotations"].append({"annotation_level": "notice", "title": ATTEST_TITLE,
                                    "message": f"{artifact} {digest}", "path": ".github"})
+
+    def follow_act(self, act_dir: Path, run_id: int) -> Callable[[str], None]:
+        """This API for the run act is running (run_act's `on_line`), as GitHub serves a run still in progress:
+        its artifacts are what the stand-ins stored in `act_dir` so far (each zipped as GitHub serves it, with
+        the digest upload-artifact reported), and each job's annotations are the `::notice` lines it printed.
+        act names a called workflow's job `<caller>-<n>/<workflow>/<job>`; GitHub names it `<caller> (...) /
+        <job>`. Returns the reader of act's lines."""
+        self.artifacts.setdefault(run_id, [])
+        ids: dict[str, int] = {}
+        notice = re.compile(r"^\[(?P<job>[^\]]+?)\s*\]\s+\S+\s+::notice title=" + re.escape(ATTEST_TITLE)
+                            + r"::(?P<name>\S+) (?P<digest>sha256:[0-9a-f]{64})\s*$")
+
+        def uploaded() -> None:
+            for meta in sorted((act_dir / ".artifacts").glob("*.json")):
+                name = json.loads(meta.read_text())["name"]
+                if name not in ids:
+                    ids[name] = run_id * 100 + len(ids) + 1
+                    self.add_artifact(run_id, ids[name], name, act_stand_ins.zip_of(act_dir / "artifacts" / name),
+                                      said_by=None)
+
+        def read(line: str) -> None:
+            if (said := notice.match(line)) is not None:
+                parts = said["job"].split("/")
+                job = f"{parts[0].rsplit('-', 1)[0]} / {parts[-1]}" if len(parts) == 3 else parts[-1]
+                self.say(run_id, job, said["name"], said["digest"])
+
+        self.before_each_request = uploaded
+        return read
 
     def fail(self, path_pattern: str, *statuses: int) -> None:
         self.failures.setdefault(path_pattern, []).extend(statuses)
@@ -165,6 +199,8 @@ class FakeGitHub:
 
     def _api(self, request: Request) -> Response | None:
         self.api_requests.append(request)
+        if self.before_each_request is not None:
+            self.before_each_request()
         if request.headers.get("Authorization") != f"Bearer {TOKEN}":
             return Response(json.dumps({"message": "Bad credentials"}), status=401, content_type="application/json")
         return self._injected_failure(request)

@@ -262,7 +262,7 @@ PRIVILEGED_JOBS = {
     "relay-end": ["actions/checkout", "$/actions/setup", "actions/download-artifact", "ootci history pull",
                   'line="ootci: every backend', "$/actions/relay-report"],
     # The nightly's report to the relay: the night's records, and one ootci command.
-    "relay": ["actions/checkout", "$/actions/setup", "actions/download-artifact", "ootci relay nightly"],
+    "relay": ["actions/checkout", "$/actions/setup", "ootci history collect", "ootci relay nightly"],
 }
 
 
@@ -302,7 +302,9 @@ def test_least_privilege_permissions(path):
                 f"{path.name}: job {name} may write contents"
             # Each also reads artifacts (its run's, or the nightly's for the collector), and nothing else.
             expected = {"actions": "read", "contents": "write"} if name != "prune" else {"contents": "write"}
-            if name == "collect":  # issue 54: what each nightly job said it uploaded, in its annotations
+            # Issue 54: what each job said it uploaded, in its annotations, for the readers of ootci-run-*
+            # artifacts (the collector; the publish of the nightly and of PyTorch's PRs: `collect --run`).
+            if name == "collect" or (name == "publish" and path.name in ("nightly.yml", "pytorch-pr.yml")):
                 expected["checks"] = "read"
             assert granted == expected, f"{path.name}: job {name} writes more than contents"
 
@@ -327,17 +329,28 @@ def test_every_artifact_download_reads_earlier_attempts_by_run_id_with_actions_r
             assert job.get("permissions", {}).get("actions") == "read", f"{path.name}: job {name} lacks actions: read"
 
 def test_the_job_that_uploads_a_record_says_its_name_and_digest_in_its_own_annotations():
-    """Issue 54: the collector takes an artifact only when the job of its backend said it uploaded it
-    (tests/history/test_collect.py); publish-results says so right after the upload, with upload-artifact's
-    digest, through `ootci history attest` (under act, whose stand-in gives no digest, it says nothing)."""
+    """Issue 54: the collector and the publish jobs take an artifact only when the job of its backend said it
+    uploaded it (tests/history/test_collect.py); publish-results says so right after the upload, with
+    upload-artifact's digest, through `ootci history attest`. Where another job of the run took the name
+    first (it is known in advance), the records go up under `ootci summary`'s unforeseen name, and the job
+    says that one (the nightly under act, tests/workflows/test_workflows_act.py, shows both)."""
     steps = load(REPO / "actions" / "publish-results" / "action.yml")["runs"]["steps"]
-    upload = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/upload-artifact@"))
-    attest = steps[upload + 1]
-    assert steps[upload]["id"] == "upload"
-    assert shlex.split(attest["run"]) == ["ootci", "history", "attest", "$ARTIFACT", "$DIGEST"]
-    assert attest["env"] == {"ARTIFACT": "${{ steps.summary.outputs.artifact }}",
-                             "DIGEST": "${{ steps.upload.outputs.artifact-digest }}"}
-    assert steps[upload]["with"]["name"] == attest["env"]["ARTIFACT"]
+    ids = [s.get("id") for s in steps]
+    upload, again = steps[ids.index("upload")], steps[ids.index("upload-again")]
+    attest = steps[ids.index("upload-again") + 1]
+    assert upload["uses"] == again["uses"] and upload["uses"].startswith("actions/upload-artifact@")
+    assert upload["continue-on-error"] is True and "continue-on-error" not in again
+    assert again["if"] == "${{ steps.upload.outcome == 'failure' }}"
+    assert (upload["with"]["name"], again["with"]["name"]) == ("${{ steps.summary.outputs.artifact }}",
+                                                               "${{ steps.summary.outputs.unforeseen }}")
+    assert shlex.split(attest["run"]) == ["ootci", "history", "attest", "$ARTIFACT", "$DIGEST",
+                                          "${TAKEN:+--instead-of", "$TAKEN}"]
+    failed = "steps.upload.outcome == 'failure'"
+    assert attest["env"] == {
+        "ARTIFACT": f"${{{{ {failed} && steps.summary.outputs.unforeseen || steps.summary.outputs.artifact }}}}",
+        "DIGEST": f"${{{{ {failed} && steps.upload-again.outputs.artifact-digest"
+                  " || steps.upload.outputs.artifact-digest }}",
+        "TAKEN": f"${{{{ {failed} && steps.summary.outputs.artifact || '' }}}}"}
 
 
 def test_every_composite_action_step_calls_ootci():
@@ -585,10 +598,12 @@ def test_nightly_publish_records_every_matrix_entry_before_merging():
     assert "${{" not in fill["run"]
     assert fill["run"].startswith('ootci history fill-missing --matrix "$MATRIX" --runs "$RUNNER_TEMP/records"')
     assert "--reason" in fill["run"] and "$BACKEND_JOBS" in fill["run"]
-    # Over the records download-artifact brought and update-dashboard merges, before it merges them.
+    # Over the records the job's own run attested (issue 54) and update-dashboard merges, before it merges them.
     [dashboard] = [s for s in publish["steps"] if s.get("uses") == "$/actions/update-dashboard"]
-    [download] = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
-    assert download["with"]["path"] == dashboard["with"]["records"] == "${{ runner.temp }}/records"
+    download = step_running(publish, "ootci history collect")
+    assert download["run"] == 'ootci history collect --run "$GITHUB_RUN_ID" --into "$RUNNER_TEMP/records"'
+    assert dashboard["with"]["records"] == "${{ runner.temp }}/records"
+    assert not any(s.get("uses", "").startswith("actions/download-artifact@") for s in publish["steps"])
     assert publish["steps"].index(download) < publish["steps"].index(fill) < publish["steps"].index(dashboard)
 
 

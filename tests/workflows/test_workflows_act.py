@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 
 from ootci.runner.models import Status
@@ -35,7 +36,7 @@ from tests.support.act_cases import (
 )
 from tests.support.act_harness import data_remote, run_act
 from tests.support.cli import ootci
-from tests.support.fake_github import run_artifact
+from tests.support.fake_github import REPOSITORY, TOKEN, FakeGitHub, run_artifact
 from tests.support.fake_relay import FakeRelay
 from tests.support.other_publishers import push_after_the_next_push
 from tests.support.shared_runs import openreg_on_2_13
@@ -165,7 +166,13 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     artifact in the run holding a record that claims to be a night (the run, by hand, is manual). No
     job of the nightly restores the entry (a lookup finds the key, so nothing is saved over it either),
     its file never reaches the layer, and publish refuses the forged record: it is neither on the data
-    branch nor on the page."""
+    branch nor on the page.
+
+    Issue 54, high: vendor code in the run has also taken openreg's own artifact name first, with a record
+    of openreg in it. openreg's job uploads under a name nobody could know and says so in its annotations;
+    publish and the relay job read the run through GitHub's API (a local stand-in that follows act: the
+    stand-ins' artifacts and each job's `::notice` lines) and take only what the job of its backend said it
+    uploaded: the squatter's record never lands, openreg's real one does."""
     workdir, root, env = act_setup
     ootci_act_dir = act_dir(root, "nightly")
     keys = dict(line.split("=", 1) for line in ootci(
@@ -185,6 +192,10 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     now = dt.datetime.now(dt.UTC)
     forged = f"forged-{now:%Y%m%dT%H%M%SZ}-eeeeee"
     plant_artifact(ootci_act_dir, "ootci-run-forged-1", run_artifact(forged, "forged", now, trigger="nightly"))
+    squatter = f"{BACKEND}-{now:%Y%m%dT%H%M%SZ}-5a5a5a"
+    plant_artifact(ootci_act_dir, f"ootci-run-{BACKEND}-1", run_artifact(squatter, BACKEND, now, trigger="manual"))
+    github = FakeGitHub(httpserver)
+    follow = github.follow_act(ootci_act_dir, 4711)
     registry = tmp_path / "registry"
     (registry / "ghost").mkdir(parents=True)
     (registry / "ghost" / "backend.toml").write_text(GHOST_MANIFEST)
@@ -197,7 +208,9 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     def attempt(number: int):
         result = run_act(workdir, "workflow_dispatch", ".github/workflows/nightly.yml",
                          env={**env, **token_env, "OOTCI_ACT_DIR": str(ootci_act_dir), "OOTCI_REGISTRY": str(registry),
-                              "GITHUB_RUN_ID": "4711", "GITHUB_RUN_ATTEMPT": str(number)},
+                              "GITHUB_RUN_ID": "4711", "GITHUB_RUN_ATTEMPT": str(number),
+                              "GITHUB_API_URL": github.api_url, "GITHUB_REPOSITORY": REPOSITORY},
+                         secrets={"GITHUB_TOKEN": TOKEN}, on_line=follow,
                          inputs={"backends": f"{BACKEND} ghost", "torch": TORCH, "suites": "smoke", "relay": "true"},
                          log=tmp_path / f"act-{number}.log", stubs=root / "stubs",
                          variables={"OOTCI_RELAY_CALLBACK_URL": relay.env()["OOTCI_RELAY_CALLBACK_URL"]})
@@ -214,7 +227,15 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     finally:
         restored_the_plant = take_the_plant_back()  # the layers are the test session's: never leave it there
     assert not restored_the_plant, "a trusted run restored what a PR's code saved"
-    assert "ootci: publish: refused" in result.output and "its trigger is 'nightly'" in result.output
+    lines = result.output.splitlines()
+    refused = [line for line in lines if "ootci: history collect: refused" in line]
+    assert any("refused ootci-run-forged-1 " in line and "no job of its backend said it uploaded it" in line
+               for line in refused), refused
+    assert any(f"refused ootci-run-{BACKEND}-1 " in line and "no job of its backend said it uploaded it" in line
+               for line in refused), refused
+    [taken] = [line for line in lines if f"::ootci-run-{BACKEND}-1 was uploaded by another job of this run" in line]
+    fallback = re.search(r"this job's records are (\S+),", taken)[1]
+    assert re.fullmatch(rf"ootci-run-{BACKEND}-1-taken-[0-9a-f]{{16}}", fallback), taken
     matrix = [line for line in result.output.splitlines() if "::set-output:: matrix=" in line]
     assert matrix and [e["name"] for e in json.loads(matrix[0].split("matrix=", 1)[1])["include"]] == [BACKEND, "ghost"]
     assert "Skipping unsupported platform" in result.output  # ghost's job never started
@@ -223,8 +244,9 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     assert set(records) == {BACKEND, "ghost"}
     assert record_paths_on_data_branch(data) == {f"runs/{r.run_id}/record.json" for r in records.values()}
     first, ghost = records[BACKEND], records["ghost"]
-    # ghost's job uploaded nothing; the forged record is only in the artifact a PR's code planted.
-    assert [r.run_id for r in records_under(artifacts)] == [forged, first.run_id]
+    # ghost's job uploaded nothing; the forged and squatting records are only in the artifacts planted.
+    assert sorted(r.run_id for r in records_under(artifacts)) == sorted([forged, squatter, first.run_id])
+    assert squatter not in "".join(data_branch_files(data))
     # A run by hand of a subset is no night: recorded as manual, missing record too.
     assert first.trigger == "manual" and first.status is Status.passed
     assert ghost.status is Status.missing and ghost.trigger == "manual" and ghost.torch.spec == TORCH
@@ -248,7 +270,7 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     assert (report["status"], report["job_name"], report["conclusion"]) == ("completed", BACKEND, "success")
     assert report["started_at"] and report["completed_at"]
     assert report["test_results"]["total"] == len(first.tests) > 0
-    assert "forged: run " in result.output and "not reported: its trigger is 'nightly'" in result.output
+    assert squatter not in json.dumps(relay.received) and forged not in json.dumps(relay.received)
 
     now = dt.datetime.now(dt.UTC)
     other = f"latecomer-{now:%Y%m%dT%H%M%SZ}-cccccc"
@@ -273,14 +295,14 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
 
     assert [b["workflow"]["job_name"] for b in relay.received] == [BACKEND, BACKEND]  # each attempt reports its own
     assert sorted(p.name for p in artifacts.iterdir()) == [f"github-pages-{n}" for n in (1, 2)] + [
-        "ootci-run-forged-1"] + [f"ootci-run-{BACKEND}-{n}" for n in (1, 2)]
-    [second] = [r for r in records_under(artifacts) if r.run_id not in (first.run_id, forged)]
+        "ootci-run-forged-1", f"ootci-run-{BACKEND}-1", fallback, f"ootci-run-{BACKEND}-2"]
+    [second] = [r for r in records_under(artifacts) if r.run_id not in (first.run_id, forged, squatter)]
     # No job of either attempt restored anything: each looked its key up, found the planted entry, and
     # so saved nothing over it; the forged record never reached the data branch or the page.
     asked = cache_requests(ootci_act_dir)
     assert asked and all(r["lookup-only"] for r in asked), asked
     assert cache_entries(ootci_act_dir)[keys["torch-key"]].get("archive")  # the plant, not a save
-    assert not any(forged in name for name in data_branch_files(data))
+    assert not any(forged in name or squatter in name for name in data_branch_files(data))
     # ghost's job never started in attempt 2 either: publish records that attempt's missing run too.
     ghosts = [r for r in records_under(data_branch_checkout(data, tmp_path / "tip-2") / "runs") if r.backend == "ghost"]
     assert len(ghosts) == 2 and all(r.status is Status.missing for r in ghosts)
@@ -294,7 +316,7 @@ def test_the_nightly_publishes_its_matrix_and_a_rerun_adds_only_its_own_new_reco
     run_pages = sorted(p.relative_to(site / "runs").parent.as_posix() for p in (site / "runs").rglob("*.html"))
     assert run_pages == sorted([BACKEND, BACKEND, "ghost", "ghost", "latecomer", "straggler"])
     pages = "".join(p.read_text(errors="replace") for p in site.rglob("*.html"))
-    assert all(run_id in pages for run_id in everything) and forged not in pages
+    assert all(run_id in pages for run_id in everything) and forged not in pages and squatter not in pages
 
 
 def test_build_torch_workflow_acquires_a_pinned_wheel(act_setup, tmp_path):
