@@ -18,6 +18,16 @@ from ootci.runner.records.run_identity import ci_run_url, new_run_id
 
 MISSING_STAGE = "job"
 MISSING_WHY = "it never started, was cancelled, lost its runner or failed before ootci ran"
+RUNNER_FOR_SELF_REFERENCES = "2.336.0"
+"""the oldest runner that resolves ootci's `uses: $/...` references (docs/workflows.md, "Runner requirements")"""
+HOSTED_LABELS = ("ubuntu-", "windows-", "macos-")
+
+
+def self_hosted(entry: dict) -> bool:
+    """Whether a matrix entry's job runs on a runner of the vendor's own (`runs-on` labels)."""
+    labels = entry.get("runs-on") or ["ubuntu-latest"]
+    labels = [labels] if isinstance(labels, str) else labels
+    return "self-hosted" in labels or not any(str(label).startswith(HOSTED_LABELS) for label in labels)
 
 
 def read_matrix(text: str) -> tuple[str, list[dict]]:
@@ -48,11 +58,16 @@ def read_matrix(text: str) -> tuple[str, list[dict]]:
 
 
 def missing_record(manifest: Manifest, torch_spec: str, reason: str, *, trigger: str, pr: int | None,
-                   now: dt.datetime) -> RunRecord:
-    """The record of a run that left none: status missing, one stage saying why."""
+                   now: dt.datetime, on_own_runner: bool = False) -> RunRecord:
+    """The record of a run that left none: status missing, one stage saying why. A job on a runner of the
+    vendor's own may have failed before any step for its version, which no step of it can say: this says it."""
     summary = f"no record from the backend job: {reason}"
     url = ci_run_url()
     hint = f"see the backend job in {url}" if url else "see the backend job's log in the workflow run"
+    if on_own_runner:
+        hint += (f"; its runner is self-hosted: one older than {RUNNER_FOR_SELF_REFERENCES} fails while it sets up "
+                 f"the job, on ootci's `uses: $/...` references, before any step (`./config.sh --version` on the "
+                 f"runner prints its version)")
     torch = TorchInfo(spec=torch_spec)
     stage = StageResult(name=MISSING_STAGE, status=Status.missing, started_at=now, summary=summary,
                         root_cause=RootCause(kind="missing", summary=summary, hint=hint))
@@ -82,7 +97,7 @@ def fill_missing(entries: list[dict], runs: Path, reason: str, *, trigger: str, 
         if name in present:
             continue
         record = missing_record(manifest, entry.get("torch") or manifest.ci.torch, reason, trigger=trigger,
-                                pr=pr, now=now)
+                                pr=pr, now=now, on_own_runner=self_hosted(entry))
         record_files.write(runs / record.run_id, record)
         written.append(record)
     return written, sum(1 for _, record in found if record is None)

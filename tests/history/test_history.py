@@ -116,6 +116,11 @@ def test_fill_missing_writes_a_missing_record_for_each_matrix_entry_without_one(
     assert record.missing_reason == stage.root_cause.summary
     assert record.first_problem() == f"job: {stage.root_cause.summary}"
     assert record.command == "ootci run gaudi-hpu --torch 2.13.0"
+    # gaudi-hpu's runner is the vendor's own: one too old for `uses: $/` fails before any step, which no step
+    # can say (issue 54), so the record says the version it needs.
+    assert stage.root_cause.hint.endswith(
+        "its runner is self-hosted: one older than 2.336.0 fails while it sets up the job, on ootci's "
+        "`uses: $/...` references, before any step (`./config.sh --version` on the runner prints its version)")
 
     # Run again (a re-run of publish): every entry has a record now.
     again = ootci("history", "fill-missing", "--matrix", matrix.stdout, "--runs", str(artifacts))
@@ -148,6 +153,7 @@ def test_fill_missing_from_a_matrix_file_into_a_directory_that_does_not_exist_ye
         ("openreg", "openreg", "nightly", "pr", 175022)
     assert record.missing_reason == ("no record from the backend job: it never started, was cancelled, "
                                      "lost its runner or failed before ootci ran")
+    assert "2.336.0" not in record.stages[0].root_cause.hint  # a hosted runner (the default): always recent
 
 
 @pytest.mark.parametrize("matrix, code, message", [

@@ -56,6 +56,8 @@ runs:
       run: echo "::error::{name} has no stand-in under act (tests/support/act_stand_ins.py)"; exit 1
 """
 ACT_TIMEOUT_S = 900
+RUN_ID = 4711
+"""the workflow run id of a run by hand (`main`)"""
 
 
 def act_binary() -> str | None:
@@ -269,8 +271,22 @@ def main(argv: list[str] | None = None) -> int:
     out = root / "out"
     out.mkdir(exist_ok=True)
     inputs = dict(item.split("=", 1) for item in args.inputs)
-    result = run_act(workdir, "workflow_dispatch", args.workflow, env={**env, "OOTCI_ACT_DIR": str(out)},
-                     inputs=inputs, log=root / "act.log", stubs=root / "stubs")
+    # GitHub's API for the run's own artifacts and annotations (the publish jobs read them: `ootci history
+    # collect --run`), played by a local server that follows act, as in the tests.
+    from pytest_httpserver import HTTPServer
+
+    from tests.support.fake_github import REPOSITORY, TOKEN, FakeGitHub
+    server = HTTPServer()
+    server.start()
+    try:
+        github = FakeGitHub(server)
+        result = run_act(workdir, "workflow_dispatch", args.workflow,
+                         env={**env, "OOTCI_ACT_DIR": str(out), "GITHUB_RUN_ID": str(RUN_ID),
+                              "GITHUB_API_URL": github.api_url, "GITHUB_REPOSITORY": REPOSITORY},
+                         secrets={"GITHUB_TOKEN": TOKEN}, inputs=inputs, log=root / "act.log", stubs=root / "stubs",
+                         on_line=github.follow_act(out, RUN_ID))
+    finally:
+        server.stop()
     print(result.output[-4000:])
     print(f"act exited {result.returncode}; full log {root / 'act.log'}; artifacts, history, site and the data "
           f"branch's remote (data.git) under {out}")
