@@ -8,8 +8,8 @@ opinion's `fails on CPU too: ...`) and PyTorch's own (`Caused by sample input at
 What differs from one test of the same bug to the next is masked: numbers, memory addresses,
 shapes and other number lists, dtypes, the device's name and directories. What names the broken
 thing is kept: the exception class, quoted op and kernel names (`aten::_fft_r2c`, `abs_cpu`),
-words. A crash's cause is its signal and the op family it died in (`SIGSEGV in fft`), or the
-test function where no op is known; a hang's the same with `timeout`.
+words. A crash's cause is its signal and the op family it died in (`SIGSEGV in fft`), or, where no
+op is known, the function its process died in, else the test function; a hang's the same with `timeout`.
 
 It is computed here only, on the orchestrator's side, from what a TestResult already holds
 (message, log_tail, op, dtype), so the record, the baseline, the second opinion, the terminal,
@@ -82,6 +82,8 @@ _SIGNAL = re.compile(r"\bSIG[A-Z]{2,7}\b")
 # ootci's OpInfo ids name the op before the dtype (`test_compare_cpu[fft.rfft-float32]`): a test
 # that crashed before it could record its op still says it there.
 _ID_OP = re.compile(r"\[([A-Za-z_][\w.]*)-[\w.]+\]$")
+_CRASH_FRAME = re.compile(r" at \S+:\d+ in (\w+)")
+"""the Python function a crash's test process died in, as ootci's crash message names it"""
 _WHITESPACE = re.compile(r"\s+")
 
 
@@ -214,7 +216,10 @@ def _signature(result: TestResult, device: str | None) -> Signature:
     if outcome in (Outcome.crashed, Outcome.timeout):
         named = _ID_OP.search(result.id)
         op = result.op or (named.group(1) if named else None)
-        where = f"`{op_family(op)}`" if op else f"`{test_function(result.id, device)}`"
+        # No op known: the function it died in, which an OpInfo test's id does not give apart from its op
+        # (`test_fn_gradgrad_linalg_eigh_openreg_float64` died in `test_fn_gradgrad`), else the test's function.
+        frame = _CRASH_FRAME.search(result.message or "")
+        where = f"`{op_family(op) if op else frame.group(1) if frame else test_function(result.id, device)}`"
         if outcome is Outcome.timeout:
             return Signature(f"timeout in {where}", ("the time it ran",))
         WORK.patterns += 1
