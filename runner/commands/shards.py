@@ -97,7 +97,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     recorded = (recorded_times(args.history, manifest.name, args.nights) if args.history and args.history.is_dir()
                 else RecordedTimes())
     planned = shard_plan.plan_suite(manifest.name, suite, recorded.tests, budget_s=args.minutes * 60, jobs=args.jobs,
-                                    runs=recorded.runs, every_job_s=recorded.every_job_s, split_s=recorded.split_s)
+                                    runs=recorded.runs, every_job_s=recorded.every_job_s, split_s=recorded.split_s,
+                                    unreached=recorded.unreached)
     shard_plan.write(args.out, planned)
     for line in shard_plan.describe(planned):
         print(f"ootci: shards plan: {line}", file=sys.stderr)

@@ -220,9 +220,10 @@ def plan(backend: str, files: Sequence[FileTimes], *, budget_s: float, file_limi
 
 def plan_suite(backend: str, suite: UpstreamSuite, recorded: Mapping[str, Mapping[str, float]] | None, *,
                budget_s: float, jobs: int | None = None, runs: Sequence[str] = (), every_job_s: float = 0.0,
-               split_s: float = 0.0) -> Plan:
+               split_s: float = 0.0, unreached: Mapping[str, int] | None = None) -> Plan:
     """The plan of a backend's upstream suite: its files (the manifest's list; where it has none, the
-    files of the recorded nights) at their recorded times, a file never seen at its time limit."""
+    files of the recorded nights) at their recorded times, a file never seen at its time limit.
+    `unreached`: per file, how many of its recorded times are its mean for tests no night reached."""
     recorded = recorded or {}
     names = list(suite.files) if isinstance(suite.files, list) else sorted(recorded)
     default_s = float(suite.timeout)
@@ -247,6 +248,11 @@ def plan_suite(backend: str, suite: UpstreamSuite, recorded: Mapping[str, Mappin
         shown = ", ".join(planned.unseen[:5]) + (" ..." if len(planned.unseen) > 5 else "")
         planned.notes.append(f"{len(planned.unseen)} files never seen in those runs, planned at their {default_s:g} s "
                              f"time limit: {shown}")
+    for file, count in sorted((unreached or {}).items()):
+        if file in names:
+            mean = sum(recorded[file].values()) / len(recorded[file])
+            planned.notes.append(f"{file}: {count} of its tests were not reached before its time limit ran out, "
+                                 f"planned at the {mean:.2f} s mean of its tests that ran")
     too_long = [(j, p) for j in planned.jobs for p in j.pieces if p.expected_s > default_s]
     for job, piece in too_long:
         planned.notes.append(f"{piece.file}: {piece.expected_s / 60:.1f} min in job {job.index}, longer than its "

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ootci.runner.core.errors import UsageError
+from ootci.runner.history.recorded_times import recorded_times
 from ootci.runner.manifests.manifest import UpstreamSuite
 from ootci.runner.models import Outcome, RunRecord, StageResult, Status, TorchInfo
 from ootci.runner.models import TestResult as Result
@@ -78,12 +79,20 @@ def night(history: Path, day: int, seed: int, *, trigger: str = "nightly", backe
 
 
 def recorded_means(records: list[RunRecord]) -> dict[str, float]:
+    """Each test's mean time; a test no night reached, the mean of its file's tests that ran."""
     seen: dict[str, list[float]] = {}
+    unreached: set[str] = set()
     for record in records:
         for t in record.tests:
-            if not t.message.startswith("not run:"):
+            if t.message.startswith("not run:"):
+                unreached.add(t.id)
+            else:
                 seen.setdefault(t.id, []).append(t.duration_s)
-    return {i: sum(v) / len(v) for i, v in seen.items()}
+    means = {i: sum(v) / len(v) for i, v in seen.items()}
+    for test_id in unreached - means.keys():
+        ran = [m for i, m in means.items() if i.split("::")[0] == test_id.split("::")[0]]
+        means[test_id] = sum(ran) / len(ran)
+    return means
 
 
 @pytest.fixture
@@ -118,10 +127,12 @@ def test_a_plan_from_the_latest_nights_meets_its_budget_and_holds_every_recorded
         assert job.expected_s <= 12 * 60
     # No more jobs than the budget needs: one fewer could not hold the tests' times.
     assert sum(j.files_s for j in planned.jobs) > (planned.n - 1) * (12 * 60 - overhead)
-    # Every recorded test is in exactly one piece, and in that piece's range.
+    # Every recorded test is in exactly one piece, and in that piece's range; the one its file's time
+    # limit never reached too, at its file's mean.
     pieces = [p for j in planned.jobs for p in j.pieces]
     placed = [i for p in pieces for i in p.tests]
-    assert sorted(placed) == sorted(i for i in means if not i.endswith("9999"))
+    assert sorted(placed) == sorted(means) and tid(MID, 9999) in placed
+    assert "test_mid.py: 1 of its tests were not reached before its time limit ran out, planned at the " in done.stderr
     assert all(p.holds(i) for p in pieces for i in p.tests)
     # The long file is cut into ranges (no piece past the file's 600 s limit); the short ones are whole.
     long_pieces = [p for p in pieces if p.file == LONG]
@@ -144,6 +155,28 @@ def test_the_ranges_of_a_split_file_hold_every_id_it_may_have_tonight_exactly_on
     part = planned.part(2)
     assert part.files([LONG, "test_other.py", MID]) == [LONG] + [
         f for f in ("test_other.py", MID) if shard_plan.unplanned_shard(f, 3) == 2]
+
+
+def test_a_file_that_ran_out_of_time_is_planned_long_enough_to_finish_next_night(tmp_path):
+    """A night whose file reached 500 of its 1,000 tests in its 600 s: planned from the 500 alone, the
+    file would fit one 600 s piece, and the other 500 would be cut off again."""
+    tests = [Result(id=tid(LONG, i), suite="upstream", outcome=Outcome.passed, duration_s=1.2) for i in range(500)]
+    tests += [Result(id=tid(LONG, i), suite="upstream", outcome=Outcome.skipped,
+                     message="not run: the file's 600 s time limit ran out before this test") for i in range(500, 1000)]
+    record = RunRecord(run_id="openreg-20261201T031700Z-000001", backend="openreg", device="openreg",
+                       torch=TorchInfo(spec="nightly"), started_at=NIGHT, status=Status.timeout, tests=tests,
+                       stages=[StageResult(name="upstream", status=Status.timeout, duration_s=600,
+                                           counts={"passed": 500, "skipped": 500})])
+    record_files.write(tmp_path / record.run_id, record)
+    times = recorded_times(tmp_path, "openreg")
+    assert len(times.tests[LONG]) == 1000 and times.unreached == {LONG: 500}
+    assert times.tests[LONG][tid(LONG, 999)] == pytest.approx(1.2)
+    planned = shard_plan.plan_suite("openreg", UpstreamSuite(files=[LONG], timeout=600), times.tests,
+                                    budget_s=3600, runs=times.runs, unreached=times.unreached)
+    pieces = [p for j in planned.jobs for p in j.pieces]
+    assert len(pieces) == 3 and all(p.expected_s <= 600 for p in pieces)
+    assert sum(len(p.tests) for p in pieces) == 1000 and pieces[-1].holds(tid(LONG, 999))
+    assert any(n.startswith("test_long.py: 500 of its tests were not reached") for n in planned.notes)
 
 
 def test_a_fixed_number_of_jobs_is_balanced_by_recorded_times():
