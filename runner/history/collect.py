@@ -15,6 +15,13 @@ in it is of the backend its name says, and a job of that backend said, in its ow
 no other job can write), that it uploaded exactly this artifact: its name and its digest (`ootci
 history attest`, after the upload). Vendor A's code runs in the same workflow run as vendor B's and
 can upload an artifact of any name; it cannot speak for B's job.
+
+A sharded backend's record is made by its merge job from its shards' artifacts (`ootci-shard-*`),
+which that job downloads by name: it cannot read annotations (that needs `checks: read`, which
+every vendor calling backend.yml would have to grant). So a merged record is taken only when every
+shard artifact of the run that may be its backend's was attested by a job of the backend its name
+says: where A uploaded a shard of B under B's name first, B's shard went up under a name of its own,
+the merge took A's, and the collector refuses B's merged record instead of publishing A's results.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from ootci.runner.records import record_files
 LEDGER = "collected"
 """directory of the history checkout holding a marker per collected artifact"""
 DEFAULT_PREFIX = "ootci-run-"
+SHARD_PREFIX = "ootci-shard-"
+"""the artifacts of a sharded backend's shard jobs, which its merge job makes one record of (backend.yml)"""
 DEFAULT_SINCE_HOURS = 36.0
 GIT_TIMEOUT_S = 120
 TRUSTED_EVENTS = ("schedule", "workflow_dispatch")
@@ -150,6 +159,21 @@ def foreign_records(unpacked: Path, name: str, prefix: str) -> str | None:
     return None
 
 
+def unattested_shards(unpacked: Path, artifacts: list[Artifact], claims: dict[str, list[Claim]]) -> str | None:
+    """Why a merged record unpacked here may hold a shard no job of its backend made, or None: a shard
+    artifact of the run, named as its backend's shards are, that no job of the backend its name says
+    attested. An unmerged record (no shard group, or one shard) is not asked."""
+    merged = {record.backend for _, record in record_files.find_runs(unpacked)
+              if record is not None and record.shard_group and not record.shard}
+    for artifact in artifacts:
+        if not any(backend_of_name(artifact.name, SHARD_PREFIX, backend) for backend in merged):
+            continue
+        if (why := unattested(artifact, claims, SHARD_PREFIX)) is not None:
+            return (f"it is merged from shards, and the run's shard artifact {artifact.name} ({artifact.id}) "
+                    f"is none of its backend's: {why}")
+    return None
+
+
 def collect(github: GitHub, workflow: str, *, since_hours: float, into: Path, history: Path | None,
             prefix: str = DEFAULT_PREFIX, now: dt.datetime, branch: str | None = None) -> Collected:
     """Unpack into `into` every artifact named `prefix...` of the trusted runs of `workflow` (see
@@ -219,7 +243,8 @@ def take_run(github: GitHub, run_id: int, *, into: Path, prefix: str, known: set
         try:
             github.download(artifact, archive)
             extract(archive, unpacked)
-            if (foreign := foreign_records(unpacked, artifact.name, prefix)) is not None:
+            if (foreign := foreign_records(unpacked, artifact.name, prefix)
+                    or unattested_shards(unpacked, artifacts, claims)) is not None:
                 shutil.rmtree(unpacked)
                 raise RefusedArchive(foreign)
         except GitHubError as exc:

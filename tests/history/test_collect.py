@@ -234,6 +234,50 @@ def test_a_nightlys_publish_takes_only_the_attested_artifacts_of_its_own_run(git
     assert sorted(github.downloads()) == [4012, 4013, 4014]
 
 
+def test_a_merged_record_is_refused_when_a_shard_of_its_backend_was_uploaded_by_another_job(github, tmp_path):
+    """Issue 54, high, the shards: a sharded backend's merge job downloads its shards by name, without the
+    annotations that say who uploaded them. Vendor A (gaudi-hpu) took the name of openreg's shard 1 first,
+    with a forged shard inside; openreg's shard 1 went up under a name of its own, and the merge took A's.
+    The collector refuses openreg's merged record, naming the squatted shard. openreg-plan's shards (whose
+    names begin like openreg's) were all uploaded by its own jobs: its merged record is taken."""
+    started = NOW - dt.timedelta(hours=8)
+    github.add_run(501, NOW - dt.timedelta(hours=1))
+    github.add_artifact(501, 5011, "ootci-run-openreg-1",
+                        fake_github.run_artifact("openreg-20261122T0317Z-merged", "openreg", started,
+                                                 shard_group="gh-501-openreg"),
+                        said_by="backend (openreg) / openreg (merge of 2 shards)")
+    github.add_artifact(501, 5012, "ootci-shard-openreg-1-1",
+                        fake_github.run_artifact("openreg-20261122T0317Z-forged", "openreg", started, shard="1/2",
+                                                 shard_group="gh-501-openreg"),
+                        said_by="backend (gaudi-hpu) / gaudi-hpu")
+    for artifact_id, name, k in ((5013, "ootci-shard-openreg-1-1-taken-0f3a9c5d11e2b7a4", 1),
+                                 (5014, "ootci-shard-openreg-2-1", 2)):
+        github.add_artifact(501, artifact_id, name,
+                            fake_github.run_artifact(f"openreg-20261122T0317Z-shard{k}", "openreg", started,
+                                                     shard=f"{k}/2", shard_group="gh-501-openreg"),
+                            said_by=f"backend (openreg) / openreg (shard {k}/2)")
+    github.add_artifact(501, 5015, "ootci-run-openreg-plan-1",
+                        fake_github.run_artifact("openreg-plan-20261122T0317Z-merged", "openreg-plan", started,
+                                                 shard_group="gh-501-openreg-plan"),
+                        said_by="backend (openreg-plan) / openreg-plan (merge of 1 shards)")
+    github.add_artifact(501, 5016, "ootci-shard-openreg-plan-1-1",
+                        fake_github.run_artifact("openreg-plan-20261122T0317Z-shard1", "openreg-plan", started,
+                                                 shard="1/1", shard_group="gh-501-openreg-plan"),
+                        said_by="backend (openreg-plan) / openreg-plan (shard 1/1)")
+    into = tmp_path / "records"
+
+    result = ootci("history", "collect", "--run", "501", "--into", str(into), "--backoff", "0", env=github.env())
+
+    assert result.returncode == 0, result.stderr
+    assert ("ootci: history collect: refused ootci-run-openreg-1 (5011): it is merged from shards, and the run's "
+            "shard artifact ootci-shard-openreg-1-1 (5012) is none of its backend's: no job of its backend said it "
+            "uploaded it (only backend (gaudi-hpu) / gaudi-hpu did, and its name is not that backend's)"
+            ) in result.stdout.splitlines()
+    assert sorted(p.name for p in into.iterdir()) == ["5015"]
+    assert (into / "5015" / "openreg-plan-20261122T0317Z-merged" / "record.json").is_file()
+    assert not set(github.downloads()) & {5012, 5013, 5014, 5016}  # a shard is never collected itself
+
+
 @pytest.mark.parametrize("args,message", [
     (["--run", "401", "--since", "36"],
      "history collect: --run takes one run, not a window (--since) or a ledger (--history)"),

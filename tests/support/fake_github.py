@@ -45,10 +45,12 @@ def zipped(files: dict[str, bytes | str]) -> bytes:
 
 
 def run_artifact(run_id: str, backend: str, started: dt.datetime, *, trigger: str = "manual",
-                 pr: int | None = None) -> bytes:
-    """An `ootci-run-*` artifact as publish-results uploads it: the run directory at the zip's root."""
+                 pr: int | None = None, shard: str | None = None, shard_group: str | None = None) -> bytes:
+    """An `ootci-run-*` artifact as publish-results uploads it: the run directory at the zip's root (a
+    shard's `ootci-shard-*` with `shard`; a merge of shards with `shard_group` alone)."""
     record = RunRecord(run_id=run_id, backend=backend, device=backend, torch=TorchInfo(spec="nightly"),
-                       trigger=trigger, pr=pr, started_at=started, status=Status.passed,
+                       trigger=trigger, pr=pr, started_at=started, status=Status.passed, shard=shard,
+                       shard_group=shard_group,
                        stages=[StageResult(name="build", status=Status.passed, summary="built")])
     return zipped({f"{run_id}/record.json": record.model_dump_json(indent=2), f"{run_id}/logs/build.log": "built\n"})
 
