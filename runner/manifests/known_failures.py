@@ -109,7 +109,8 @@ def load(path: Path) -> Baseline:
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """A reason or cause as the file keeps it: one line, cut to REASON_CHARS."""
     text = _CONTROL.sub(" ", " ".join(text.split()))
     return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 1].rstrip() + "…"
 
@@ -131,14 +132,14 @@ def render(backend: str, baseline: Baseline, written_by: str = EXPECT) -> str:
                 fields.append(f"torch = {json.dumps(e.torch)}")
             if e.cause:
                 fields.append(f"cause = {json.dumps(e.cause, ensure_ascii=False)}")
-            fields.append(f"reason = {json.dumps(_one_line(e.reason), ensure_ascii=False)}")
+            fields.append(f"reason = {json.dumps(one_line(e.reason), ensure_ascii=False)}")
             lines.append(f"{json.dumps(test_id, ensure_ascii=False)} = {{ {', '.join(fields)} }}\n")
     return "".join(lines)
 
 
 def entry(outcome: str, message: str, torch: str | None, cause: str = "") -> KnownFailure:
-    return KnownFailure(outcome=outcome, reason=_one_line(message) or f"it {outcome}", torch=torch or "",
-                        cause=_one_line(cause))
+    return KnownFailure(outcome=outcome, reason=one_line(message) or f"it {outcome}", torch=torch or "",
+                        cause=one_line(cause))
 
 
 # -- from a run to the file -----------------------------------------------------------------
@@ -167,7 +168,7 @@ def update(baseline: Baseline, tests, torch: str | None, *, prune: bool,
                                                       causes.cause_of(t, device))
             counts["added"] += 1
         elif t.outcome.value == "xfailed" and listed is not None and not listed.cause:
-            new[t.suite][t.id] = listed.model_copy(update={"cause": _one_line(causes.cause_of(t, device))})
+            new[t.suite][t.id] = listed.model_copy(update={"cause": one_line(causes.cause_of(t, device))})
         elif t.outcome.value == "fixed":
             counts["fixed"] += 1
             if prune:

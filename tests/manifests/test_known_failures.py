@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ootci.runner.core import causes
 from ootci.runner.core.errors import ManifestError
 from ootci.runner.manifests import known_failures, manifest
 from ootci.runner.models import Outcome, RunRecord, TorchInfo
@@ -207,3 +208,29 @@ def test_what_expect_writes_the_next_run_reads_a_file_that_failed_to_import_too(
     done = ootci("expect", "--from", str(later), "--prune", cwd=vendor)
     assert done.returncode == 0 and "(0 added, 1 removed)" in done.stdout, done.stdout
     assert "upstream" not in manifest.load(path).known
+
+
+def test_a_known_failure_listed_by_an_older_ootci_is_still_known_and_a_changed_one_still_changed():
+    """A baseline outlives the ootci that wrote it. Its crash of PyTorch's test_fn_gradgrad_abs on OpenReg was
+    listed as "SIGSEGV in `test_fn_gradgrad_abs`" (named by its test); today's ootci names a crash with no op
+    known by the function it died in. The same crash is known, not changed; a failure whose message or
+    outcome changed is still changed."""
+    crash_id = "test_ops_gradients.py::TestBwdGradients::test_fn_gradgrad_abs_openreg_float64"
+    crash = "crashed: the test process was killed by SIGSEGV at test_ops_gradients.py:69 in test_fn_gradgrad"
+    old_entry = known_failures.KnownFailure(outcome="crashed", torch="2.13.0+cpu", reason=crash,
+                                            cause="SIGSEGV in `test_fn_gradgrad_abs`")
+    long = "RuntimeError: " + "the kernel of this op does not hold this layout; " * 12
+    listed_long = known_failures.entry("failed", long, "2.13.0+cpu",
+                                       causes.cause_of(result("t.py::test_long", Outcome.failed, "upstream", long),
+                                                       "openreg"))
+
+    def applied(test_id, entry, outcome, message):
+        return classify.apply_expected(result(test_id, outcome, "upstream", message), entry, "openreg")
+
+    assert applied(crash_id, old_entry, Outcome.crashed, crash).outcome is Outcome.xfailed
+    assert applied("t.py::test_long", listed_long, Outcome.failed, long).outcome is Outcome.xfailed
+    changed = [applied(crash_id, old_entry, Outcome.failed, "RuntimeError: gradgrad of abs is not implemented"),
+               applied(crash_id, old_entry, Outcome.crashed, crash.replace("SIGSEGV", "SIGABRT")),
+               applied("t.py::test_long", listed_long, Outcome.failed, long.replace("layout", "dtype"))]
+    assert [(r.outcome, r.message.startswith("known failure, now failing differently")) for r in changed] == [
+        (Outcome.failed, True), (Outcome.crashed, True), (Outcome.failed, True)]
