@@ -37,6 +37,7 @@ from ootci.runner.core import atomic
 from ootci.runner.core.errors import GitError, GitHubError, UsageError
 from ootci.runner.core.git import git
 from ootci.runner.history.github_artifacts import Artifact, Claim, GitHub, RefusedArchive, WorkflowRun, extract
+from ootci.runner.models import RunRecord
 from ootci.runner.records import record_files
 
 LEDGER = "collected"
@@ -146,9 +147,9 @@ def unattested(artifact: Artifact, claims: dict[str, list[Claim]], prefix: str) 
     return None
 
 
-def foreign_records(unpacked: Path, name: str, prefix: str) -> str | None:
-    """Why the records unpacked from the artifact `name` are not all of the backend its name says, or None."""
-    runs = record_files.find_runs(unpacked)
+def foreign_records(unpacked: Path, runs: list[tuple[Path, RunRecord | None]], name: str, prefix: str) -> str | None:
+    """Why the records unpacked from the artifact `name` (`runs`, found under `unpacked`) are not all of the
+    backend its name says, or None."""
     if not runs:
         return "it holds no run record"
     for run_dir, record in runs:
@@ -159,12 +160,12 @@ def foreign_records(unpacked: Path, name: str, prefix: str) -> str | None:
     return None
 
 
-def unattested_shards(unpacked: Path, artifacts: list[Artifact], claims: dict[str, list[Claim]]) -> str | None:
-    """Why a merged record unpacked here may hold a shard no job of its backend made, or None: a shard
+def unattested_shards(runs: list[tuple[Path, RunRecord | None]], artifacts: list[Artifact],
+                      claims: dict[str, list[Claim]]) -> str | None:
+    """Why a merged record among `runs` may hold a shard no job of its backend made, or None: a shard
     artifact of the run, named as its backend's shards are, that no job of the backend its name says
     attested. An unmerged record (no shard group, or one shard) is not asked."""
-    merged = {record.backend for _, record in record_files.find_runs(unpacked)
-              if record is not None and record.shard_group and not record.shard}
+    merged = {record.backend for _, record in runs if record is not None and record.shard_group and not record.shard}
     for artifact in artifacts:
         if not any(backend_of_name(artifact.name, SHARD_PREFIX, backend) for backend in merged):
             continue
@@ -243,10 +244,11 @@ def take_run(github: GitHub, run_id: int, *, into: Path, prefix: str, known: set
         try:
             github.download(artifact, archive)
             extract(archive, unpacked)
-            if (foreign := foreign_records(unpacked, artifact.name, prefix)
-                    or unattested_shards(unpacked, artifacts, claims)) is not None:
+            runs = record_files.find_runs(unpacked)
+            if (why := foreign_records(unpacked, runs, artifact.name, prefix)
+                    or unattested_shards(runs, artifacts, claims)) is not None:
                 shutil.rmtree(unpacked)
-                raise RefusedArchive(foreign)
+                raise RefusedArchive(why)
         except GitHubError as exc:
             outcome.failed.append(exc.message)
             continue
